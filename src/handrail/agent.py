@@ -1,0 +1,636 @@
+"""create_agent and the Agent facade.
+
+The facade is thin: it checks the arguments, builds an :class:`~handrail.runtime.effects.Env`
+and hands the work to the run loop, driven synchronously or asynchronously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextvars
+import queue
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+
+from handrail.checkpoint.base import BaseCheckpointSaver, PendingFilter, ThreadFilter, ThreadRecord
+from handrail.checkpoint.memory import InMemorySaver
+from handrail.checkpoint.serde import loads
+from handrail.errors import ConfigurationError
+from handrail.messages import SystemMessage
+from handrail.middleware.types import AgentMiddleware
+from handrail.models import init_chat_model
+from handrail.models.base import ChatModel
+from handrail.runtime import loop
+from handrail.runtime.effects import Env, drive_async, drive_sync
+from handrail.runtime.spec import AgentSpec
+from handrail.tools import Tool, coerce_tool
+from handrail.types import GraphOutput, Interrupt, RunnableConfig, StateSnapshot
+
+__all__ = ["Agent", "InterruptPage", "PendingInterrupt", "create_agent"]
+
+StreamMode = Literal["values", "updates", "messages", "custom"]
+STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "custom")
+Version = Literal["v1", "v2"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    """One entry of the reviewers' inbox (:meth:`Agent.list_interrupts`)."""
+
+    thread_id: str
+    interrupt: Interrupt
+    kind: str
+    tools: tuple[str, ...]
+    created_at: datetime
+    metadata: Mapping[str, Any]
+
+    @property
+    def config(self) -> RunnableConfig:
+        """The config to answer it with: ``agent.invoke(Command(...), item.config)``."""
+        return {"configurable": {"thread_id": self.thread_id}}
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptPage:
+    """A page of the inbox; pass ``next_cursor`` as ``cursor`` to get the next one."""
+
+    items: list[PendingInterrupt]
+    next_cursor: str | None
+
+
+def create_agent(
+    model: str | ChatModel,
+    tools: Sequence[Any] | None = None,
+    *,
+    system_prompt: str | SystemMessage | None = None,
+    middleware: Sequence[AgentMiddleware] = (),
+    checkpointer: BaseCheckpointSaver | None = None,
+    name: str | None = None,
+) -> Agent:
+    """Build an agent: a model that calls tools in a loop, with middleware around it.
+
+    Example::
+
+        agent = create_agent(
+            model="openai:gpt-5.4",
+            tools=[write_file, execute_sql, read_data],
+            middleware=[HumanInTheLoopMiddleware(interrupt_on={"write_file": True})],
+            checkpointer=InMemorySaver(),
+        )
+
+    ``model`` is a :class:`~handrail.models.ChatModel` or a ``"provider:model"`` string.
+    ``tools`` are plain functions, ``@tool`` functions or :class:`~handrail.Tool`
+    objects. A checkpointer is needed for any pause (SPEC rule 7). Duplicate tool or
+    middleware names raise :class:`~handrail.errors.ConfigurationError`.
+    """
+    chat_model = _coerce_model(model)
+    middleware_list = list(middleware)
+    names: set[str] = set()
+    for item in middleware_list:
+        if not isinstance(item, AgentMiddleware):
+            raise ConfigurationError(
+                f"middleware must be AgentMiddleware instances, got {type(item).__name__}"
+            )
+        if item.name in names:
+            raise ConfigurationError(
+                f"two middleware are named {item.name!r}; give one a different name "
+                "(set its `name` attribute)"
+            )
+        names.add(item.name)
+    tool_map: dict[str, Tool] = {}
+    for candidate in [*(tools or ()), *(t for m in middleware_list for t in m.tools)]:
+        resolved = coerce_tool(candidate)
+        if resolved.name in tool_map:
+            raise ConfigurationError(f"two tools are named {resolved.name!r}; tool names must be unique")
+        tool_map[resolved.name] = resolved
+    if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
+        raise ConfigurationError(
+            f"checkpointer must be a saver such as InMemorySaver(), got {type(checkpointer).__name__}"
+        )
+    if isinstance(system_prompt, SystemMessage):
+        system_prompt = system_prompt.text
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise ConfigurationError("system_prompt must be a string or a SystemMessage")
+    for item in middleware_list:
+        item.bind(tool_map)
+    spec = AgentSpec(
+        name=name,
+        model=chat_model,
+        tools=tool_map,
+        middleware=middleware_list,
+        system_prompt=system_prompt,
+        store=checkpointer,
+    )
+    return Agent(spec)
+
+
+def _coerce_model(model: Any) -> ChatModel:
+    if isinstance(model, ChatModel):
+        return model
+    if isinstance(model, str):
+        return init_chat_model(model)
+    adapter = getattr(model, "__handrail_model__", None)
+    if callable(adapter):
+        result = adapter()
+        if isinstance(result, ChatModel):
+            return result
+    raise ConfigurationError(
+        f"model must be a ChatModel or a 'provider:model' string, got {type(model).__name__}"
+    )
+
+
+class Agent:
+    """A runnable agent: ``invoke``, ``stream``, state, history and the inbox.
+
+    Every method has an async twin (``ainvoke``, ``astream``, ``aget_state``, ...).
+    """
+
+    def __init__(self, spec: AgentSpec) -> None:
+        self._spec = spec
+
+    @property
+    def name(self) -> str | None:
+        """The agent's name (also set on its AI messages)."""
+        return self._spec.name
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver | None:
+        """The store the agent saves its threads in."""
+        return self._spec.store
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """The agent's tools by name."""
+        return dict(self._spec.tools)
+
+    @property
+    def model(self) -> ChatModel:
+        """The chat model."""
+        return self._spec.model
+
+    # Runs ---------------------------------------------------------------------------------
+    def invoke(self, input: Any, config: RunnableConfig | None = None, *, version: Version = "v1") -> Any:
+        """Run until the agent finishes or pauses; return the state (v1) or a GraphOutput (v2).
+
+        ``input`` is ``{"messages": [...]}``, a :class:`~handrail.Command`, or None to
+        continue the thread from where it stands. When paused, the v1 state holds
+        ``"__interrupt__"``: the pending :class:`~handrail.Interrupt` list.
+        """
+        _check_version(version)
+        env, request = self._prepare_run(input, config, frozenset())
+        return _output(self._run_sync(env, request), version)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, *, version: Version = "v1"
+    ) -> Any:
+        """Async :meth:`invoke`."""
+        _check_version(version)
+        env, request = self._prepare_run(input, config, frozenset())
+        return _output(await self._run_async(env, request), version)
+
+    def stream(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stream_mode: StreamMode | Sequence[StreamMode] = "values",
+        version: Version = "v1",
+    ) -> Iterator[Any]:
+        """Run and yield progress as it happens.
+
+        Modes: ``"values"`` (the state after each step), ``"updates"`` (``{step: update}``;
+        at a pause ``{"__interrupt__": (...)}``), ``"messages"`` (``(token_chunk,
+        metadata)`` as the model streams), ``"custom"`` (what tools send through
+        ``get_stream_writer()``). With a list of modes, v1 yields ``(mode, chunk)``; v2
+        always yields ``{"type", "ns", "data"}``.
+        """
+        _check_version(version)
+        modes, single = _parse_modes(stream_mode)
+        env, request = self._prepare_run(input, config, modes)
+        chunks: queue.Queue[tuple[str, Any]] = queue.Queue()
+        cancelled = threading.Event()
+
+        def emit(mode: str, chunk: Any) -> None:
+            if cancelled.is_set():
+                raise _StreamClosed()
+            chunks.put((mode, chunk))
+
+        env.emit = emit
+
+        def work() -> None:
+            try:
+                self._run_sync(env, request)
+                chunks.put((_DONE, None))
+            except BaseException as exc:  # handed to the consumer's thread
+                chunks.put((_FAILED, exc))
+
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
+        worker.start()
+        try:
+            while True:
+                mode, chunk = chunks.get()
+                if mode == _DONE:
+                    return
+                if mode == _FAILED:
+                    if isinstance(chunk, _StreamClosed):
+                        return
+                    raise chunk
+                yield _format(mode, chunk, single, version)
+        finally:
+            cancelled.set()
+
+    async def astream(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stream_mode: StreamMode | Sequence[StreamMode] = "values",
+        version: Version = "v1",
+    ) -> AsyncIterator[Any]:
+        """Async :meth:`stream`."""
+        _check_version(version)
+        modes, single = _parse_modes(stream_mode)
+        env, request = self._prepare_run(input, config, modes)
+        chunks: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        env.emit = lambda mode, chunk: chunks.put_nowait((mode, chunk))
+
+        async def work() -> None:
+            try:
+                await self._run_async(env, request)
+                chunks.put_nowait((_DONE, None))
+            except BaseException as exc:
+                chunks.put_nowait((_FAILED, exc))
+
+        task = asyncio.ensure_future(work())
+        try:
+            while True:
+                mode, chunk = await chunks.get()
+                if mode == _DONE:
+                    return
+                if mode == _FAILED:
+                    raise chunk
+                yield _format(mode, chunk, single, version)
+        finally:
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+
+    def _prepare_run(
+        self, input: Any, config: RunnableConfig | None, modes: frozenset[str]
+    ) -> tuple[Env, loop.RunRequest]:
+        store, thread_id, configurable, can_pause, why = self._resolve(config, for_run=True)
+        reviewer = _reviewer(configurable.get("reviewer"))
+        metadata = (config or {}).get("metadata")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ConfigurationError("config['metadata'] must be a dict")
+        checkpoint_id = configurable.get("checkpoint_id")
+        if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+            raise ConfigurationError("config['configurable']['checkpoint_id'] must be a string")
+        request = loop.RunRequest(
+            input=input,
+            config=config or {},
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            reviewer=reviewer,
+            metadata=metadata,
+            can_pause=can_pause,
+            why_cannot_pause=why,
+        )
+        return Env(self._spec, store, thread_id, modes=modes), request
+
+    def _run_sync(self, env: Env, request: loop.RunRequest) -> loop.RunResult:
+        try:
+            result: loop.RunResult = drive_sync(loop.run(env, request), env)
+            return result
+        finally:
+            self._remember(env)
+            if env.claimed:
+                env.store.release_run(env.thread_id, env.run_id)
+
+    async def _run_async(self, env: Env, request: loop.RunRequest) -> loop.RunResult:
+        try:
+            result: loop.RunResult = await drive_async(loop.run(env, request), env)
+            return result
+        finally:
+            self._remember(env)
+            if env.claimed:
+                await env.store.arelease_run(env.thread_id, env.run_id)
+
+    def _remember(self, env: Env) -> None:
+        if env.fold is not None and not env.broken and self._spec.store is not None:
+            self._spec.cache.put(env.fold)
+
+    def _resolve(
+        self, config: RunnableConfig | None, *, for_run: bool = False
+    ) -> tuple[BaseCheckpointSaver, str, Mapping[str, Any], bool, str]:
+        if config is None:
+            config = {}
+        if not isinstance(config, Mapping):
+            raise ConfigurationError(
+                "config must be a dict like {'configurable': {'thread_id': ...}}, got "
+                f"{type(config).__name__}"
+            )
+        configurable = config.get("configurable") or {}
+        if not isinstance(configurable, Mapping):
+            raise ConfigurationError("config['configurable'] must be a dict")
+        thread_id = configurable.get("thread_id")
+        if thread_id is not None:
+            if isinstance(thread_id, (int, uuid.UUID)) and not isinstance(thread_id, bool):
+                thread_id = str(thread_id)
+            if not isinstance(thread_id, str) or not thread_id:
+                raise ConfigurationError(f"thread_id must be a non-empty string, got {thread_id!r}")
+        store = self._spec.store
+        if store is None:
+            if not for_run:
+                raise ConfigurationError(
+                    "this agent has no checkpointer, so it keeps no threads: pass "
+                    "checkpointer=InMemorySaver() (or another saver) to create_agent"
+                )
+            return (
+                InMemorySaver(),
+                thread_id or uuid.uuid4().hex,
+                configurable,
+                False,
+                "the agent has no checkpointer",
+            )
+        if thread_id is None:
+            raise ConfigurationError(
+                "the agent has a checkpointer, so every call needs a thread: pass "
+                "config={'configurable': {'thread_id': '...'}}"
+            )
+        return store, thread_id, configurable, True, ""
+
+    def _reader(self, config: RunnableConfig | None) -> tuple[Env, Mapping[str, Any]]:
+        store, thread_id, configurable, _, _ = self._resolve(config)
+        return Env(self._spec, store, thread_id), configurable
+
+    # State ----------------------------------------------------------------------------------
+    def get_state(self, config: RunnableConfig) -> StateSnapshot:
+        """The thread's state now, or at ``config["configurable"]["checkpoint_id"]``.
+
+        ``interrupts`` holds only the pending interrupts; ``next`` the steps due.
+        """
+        env, configurable = self._reader(config)
+        result: StateSnapshot = drive_sync(loop.snapshot(env, configurable.get("checkpoint_id")), env)
+        return result
+
+    async def aget_state(self, config: RunnableConfig) -> StateSnapshot:
+        """Async :meth:`get_state`."""
+        env, configurable = self._reader(config)
+        result: StateSnapshot = await drive_async(loop.snapshot(env, configurable.get("checkpoint_id")), env)
+        return result
+
+    def get_state_history(
+        self, config: RunnableConfig, *, before: RunnableConfig | None = None, limit: int | None = None
+    ) -> Iterator[StateSnapshot]:
+        """Every checkpoint of the thread, newest first."""
+        env, _ = self._reader(config)
+        yield from drive_sync(loop.history(env, before=_checkpoint_of(before), limit=limit), env)
+
+    async def aget_state_history(
+        self, config: RunnableConfig, *, before: RunnableConfig | None = None, limit: int | None = None
+    ) -> AsyncIterator[StateSnapshot]:
+        """Async :meth:`get_state_history`."""
+        env, _ = self._reader(config)
+        for item in await drive_async(loop.history(env, before=_checkpoint_of(before), limit=limit), env):
+            yield item
+
+    def update_state(
+        self, config: RunnableConfig, values: dict[str, Any] | None, as_node: str | None = None
+    ) -> RunnableConfig:
+        """Change the thread's state by hand; return the config of the new checkpoint.
+
+        With ``as_node`` the update counts as that step's output and the steps after it
+        are due next. Pending interrupts are superseded: the paused step asks again,
+        with new ids, when the thread continues.
+        """
+        env, configurable = self._reader(config)
+        try:
+            result: RunnableConfig = drive_sync(
+                loop.update_state(env, configurable.get("checkpoint_id"), values, as_node), env
+            )
+            return result
+        finally:
+            if env.broken:
+                self._spec.cache.drop(env.thread_id)
+
+    async def aupdate_state(
+        self, config: RunnableConfig, values: dict[str, Any] | None, as_node: str | None = None
+    ) -> RunnableConfig:
+        """Async :meth:`update_state`."""
+        env, configurable = self._reader(config)
+        try:
+            result: RunnableConfig = await drive_async(
+                loop.update_state(env, configurable.get("checkpoint_id"), values, as_node), env
+            )
+            return result
+        finally:
+            if env.broken:
+                self._spec.cache.drop(env.thread_id)
+
+    # Threads and the inbox ----------------------------------------------------------------------
+    def list_interrupts(
+        self,
+        *,
+        tool: str | None = None,
+        thread_id: str | None = None,
+        older_than: float | timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> InterruptPage:
+        """Pending interrupts across all threads, oldest first: the reviewers' inbox.
+
+        Filter by ``tool`` name, ``thread_id``, ``older_than`` (seconds or a timedelta),
+        thread ``metadata`` (a subset match) and ``kind`` (``"interrupt"`` or
+        ``"outcome_unknown"``). Pages hold ``limit`` items; pass ``next_cursor`` on.
+        """
+        store = self._store_or_raise()
+        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor)
+        return _page(store.list_pending(filter), filter.limit)
+
+    async def alist_interrupts(
+        self,
+        *,
+        tool: str | None = None,
+        thread_id: str | None = None,
+        older_than: float | timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> InterruptPage:
+        """Async :meth:`list_interrupts`."""
+        store = self._store_or_raise()
+        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor)
+        return _page(await store.alist_pending(filter), filter.limit)
+
+    def list_threads(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        status: Literal["idle", "running", "interrupted"] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[ThreadRecord]:
+        """The store's threads, most recently updated first."""
+        return self._store_or_raise().list_threads(
+            ThreadFilter(metadata=metadata, status=status, limit=limit, offset=offset)
+        )
+
+    def delete_thread(self, thread_id: str) -> bool:
+        """Delete a thread and its whole log; return whether it existed."""
+        self._spec.cache.drop(thread_id)
+        return self._store_or_raise().delete_thread(thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> bool:
+        """Async :meth:`delete_thread`."""
+        self._spec.cache.drop(thread_id)
+        return await self._store_or_raise().adelete_thread(thread_id)
+
+    def _store_or_raise(self) -> BaseCheckpointSaver:
+        store = self._spec.store
+        if store is None:
+            raise ConfigurationError(
+                "this agent has no checkpointer, so it keeps no threads: pass "
+                "checkpointer=InMemorySaver() (or another saver) to create_agent"
+            )
+        return store
+
+
+# Helpers ------------------------------------------------------------------------------------
+_DONE = "__done__"
+_FAILED = "__failed__"
+
+
+class _StreamClosed(BaseException):
+    """The consumer stopped reading a sync stream; the run stops at its next chunk."""
+
+
+def _check_version(version: str) -> None:
+    if version not in ("v1", "v2"):
+        raise ValueError(f"version must be 'v1' or 'v2', got {version!r}")
+
+
+def _parse_modes(stream_mode: Any) -> tuple[frozenset[str], bool]:
+    single = isinstance(stream_mode, str)
+    modes = [stream_mode] if single else list(stream_mode)
+    if not modes:
+        raise ValueError(f"stream_mode needs at least one of {list(STREAM_MODES)}")
+    for mode in modes:
+        if mode not in STREAM_MODES:
+            raise ValueError(f"unknown stream_mode {mode!r}; expected one of {list(STREAM_MODES)}")
+    return frozenset(modes), single and len(modes) == 1
+
+
+def _format(mode: str, chunk: Any, single: bool, version: str) -> Any:
+    interrupts: tuple[Interrupt, ...] | None = None
+    if mode == "values" and isinstance(chunk, tuple):
+        chunk, interrupts = chunk
+    if version == "v2":
+        part: dict[str, Any] = {"type": mode, "ns": (), "data": chunk}
+        if interrupts is not None:
+            part["interrupts"] = interrupts
+        return part
+    if interrupts is not None:
+        chunk = {**chunk, "__interrupt__": list(interrupts)}
+    return chunk if single else (mode, chunk)
+
+
+def _output(result: loop.RunResult, version: str) -> Any:
+    if version == "v2":
+        return GraphOutput(value=result.values, interrupts=result.interrupts)
+    values = dict(result.values)
+    if result.interrupts:
+        values["__interrupt__"] = list(result.interrupts)
+    return values
+
+
+def _reviewer(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("id"), str) and value["id"]:
+        roles = value.get("roles", [])
+        if not isinstance(roles, (list, tuple)) or not all(isinstance(r, str) for r in roles):
+            raise ConfigurationError("reviewer roles must be a list of strings")
+        unknown = sorted(set(value) - {"id", "roles"})
+        if unknown:
+            raise ConfigurationError(f"reviewer has unexpected key(s) {unknown}; expected 'id' and 'roles'")
+        return {"id": value["id"], "roles": list(roles)}
+    raise ConfigurationError(
+        f"reviewer must be a string id or {{'id': str, 'roles': [str, ...]}}, got {value!r}"
+    )
+
+
+def _checkpoint_of(config: RunnableConfig | None) -> str | None:
+    if not config:
+        return None
+    value = config.get("configurable", {}).get("checkpoint_id")
+    return value if isinstance(value, str) else None
+
+
+def _pending_filter(
+    tool: str | None,
+    thread_id: str | None,
+    older_than: float | timedelta | None,
+    metadata: Mapping[str, Any] | None,
+    kind: str | None,
+    limit: int,
+    cursor: str | None,
+) -> PendingFilter:
+    if not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ValueError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds < 0):
+        raise ValueError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+    after = None
+    if cursor is not None:
+        try:
+            created, thread, interrupt_id = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
+            after = (float(created), str(thread), str(interrupt_id))
+        except Exception:
+            raise ValueError(f"cursor {cursor!r} is not one list_interrupts returned") from None
+    return PendingFilter(
+        tool=tool,
+        thread_id=thread_id,
+        older_than=float(seconds) if seconds is not None else None,
+        metadata=metadata,
+        kind=kind,
+        after=after,
+        limit=limit,
+    )
+
+
+def _page(items: list[Any], limit: int) -> InterruptPage:
+    out = [
+        PendingInterrupt(
+            thread_id=item.thread_id,
+            interrupt=Interrupt(
+                value=loads(item.review.payload, thread_id=item.thread_id), id=item.review.interrupt_id
+            ),
+            kind=item.review.kind,
+            tools=item.review.tools,
+            created_at=datetime.fromtimestamp(item.review.created_at, UTC),
+            metadata=dict(item.metadata),
+        )
+        for item in items
+    ]
+    next_cursor = None
+    if len(items) == limit and items:
+        last = items[-1]
+        key = [last.review.created_at, last.thread_id, last.review.interrupt_id]
+        next_cursor = base64.urlsafe_b64encode(orjson.dumps(key)).decode()
+    return InterruptPage(items=out, next_cursor=next_cursor)

@@ -1,0 +1,233 @@
+"""The store protocol every checkpointer implements.
+
+A store keeps, per thread, an append-only log of serialised events and one small
+*thread record* (head sequence number, status, pending reviews, metadata), written in
+the same transaction as the events. It knows nothing about agents: the runtime decides
+what the events mean.
+
+The whole protocol:
+
+``append(thread_id, events, expected_seq=, record=)``
+    Add events ``expected_seq + 1 ...`` and replace the thread record, atomically. If
+    the thread's head is not ``expected_seq`` another writer got there first: raise
+    :class:`~handrail.errors.ConflictError` and save nothing (SPEC rule 8).
+``read(thread_id, after_seq=0, upto_seq=None)``
+    The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
+``get_thread``, ``list_threads``, ``list_pending``, ``delete_thread``
+    The cross-thread views the reviewers' inbox is built on.
+``claim_run``, ``release_run``, ``runs_alive``
+    Which runs are alive, so a tool call left unfinished by a dead run can be told
+    apart from one still running (SPEC rule 9).
+
+Each method has an async twin with an ``a`` prefix. The defaults here run the sync
+method in a worker thread; stores with a native async driver override them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "BaseCheckpointSaver",
+    "PendingFilter",
+    "PendingItem",
+    "PendingReview",
+    "StoredEvent",
+    "ThreadFilter",
+    "ThreadRead",
+    "ThreadRecord",
+    "ThreadStatus",
+]
+
+ThreadStatus = Literal["idle", "running", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One serialised event: its number, kind, time (epoch seconds) and JSON payload."""
+
+    seq: int
+    kind: str
+    created_at: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReview:
+    """A pending interrupt as the inbox sees it, without reading the thread's log."""
+
+    interrupt_id: str
+    kind: str
+    tools: tuple[str, ...]
+    created_at: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRecord:
+    """The small per-thread row written with every append.
+
+    ``epoch`` is chosen when the thread is created; a thread deleted and created again
+    gets a new one, so cached readings of the old thread are never mistaken for it.
+    """
+
+    thread_id: str
+    head_seq: int
+    status: ThreadStatus
+    epoch: str
+    created_at: float
+    updated_at: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    pending: tuple[PendingReview, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRead:
+    """What :meth:`BaseCheckpointSaver.read` returns: the record and the events asked for."""
+
+    record: ThreadRecord | None
+    events: list[StoredEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFilter:
+    """Which pending reviews to list. Every field left as None matches everything.
+
+    ``older_than`` is a number of seconds; ``metadata`` must be a subset of the
+    thread's metadata; ``after`` is the ``(created_at, thread_id, interrupt_id)`` of the
+    last item of the previous page.
+    """
+
+    tool: str | None = None
+    thread_id: str | None = None
+    older_than: float | None = None
+    metadata: Mapping[str, Any] | None = None
+    kind: str | None = None
+    after: tuple[float, str, str] | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class PendingItem:
+    """One entry of the inbox: a pending review and the thread it belongs to."""
+
+    thread_id: str
+    review: PendingReview
+    metadata: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadFilter:
+    """Which threads to list (newest update first)."""
+
+    metadata: Mapping[str, Any] | None = None
+    status: ThreadStatus | None = None
+    updated_after: float | None = None
+    updated_before: float | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+class BaseCheckpointSaver(ABC):
+    """The store protocol (see the module docstring). Subclass it to add a backend."""
+
+    # Sync -------------------------------------------------------------------
+    @abstractmethod
+    def append(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record."""
+
+    @abstractmethod
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        """Return the thread record and its events in ``(after_seq, upto_seq]``."""
+
+    @abstractmethod
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """Return the thread record, or None if the thread does not exist."""
+
+    @abstractmethod
+    def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        """Return thread records matching ``filter``, most recently updated first."""
+
+    @abstractmethod
+    def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        """Return pending reviews matching ``filter``, oldest first."""
+
+    @abstractmethod
+    def delete_thread(self, thread_id: str) -> bool:
+        """Delete a thread and its log; return whether it existed."""
+
+    @abstractmethod
+    def claim_run(self, thread_id: str, run_id: str) -> None:
+        """Mark ``run_id`` as alive while it may run tools of ``thread_id``."""
+
+    @abstractmethod
+    def release_run(self, thread_id: str, run_id: str) -> None:
+        """Mark ``run_id`` as finished."""
+
+    @abstractmethod
+    def runs_alive(self, thread_id: str) -> set[str]:
+        """The ids of the runs of ``thread_id`` that are still alive."""
+
+    # Async twins (defaults run the sync method in a worker thread) ----------
+    async def aappend(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        """Async :meth:`append`."""
+        await asyncio.to_thread(
+            lambda: self.append(thread_id, events, expected_seq=expected_seq, record=record)
+        )
+
+    async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        """Async :meth:`read`."""
+        return await asyncio.to_thread(lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq))
+
+    async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
+        """Async :meth:`get_thread`."""
+        return await asyncio.to_thread(self.get_thread, thread_id)
+
+    async def alist_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        """Async :meth:`list_threads`."""
+        return await asyncio.to_thread(self.list_threads, filter)
+
+    async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        """Async :meth:`list_pending`."""
+        return await asyncio.to_thread(self.list_pending, filter)
+
+    async def adelete_thread(self, thread_id: str) -> bool:
+        """Async :meth:`delete_thread`."""
+        return await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def aclaim_run(self, thread_id: str, run_id: str) -> None:
+        """Async :meth:`claim_run`."""
+        await asyncio.to_thread(self.claim_run, thread_id, run_id)
+
+    async def arelease_run(self, thread_id: str, run_id: str) -> None:
+        """Async :meth:`release_run`."""
+        await asyncio.to_thread(self.release_run, thread_id, run_id)
+
+    async def aruns_alive(self, thread_id: str) -> set[str]:
+        """Async :meth:`runs_alive`."""
+        return await asyncio.to_thread(self.runs_alive, thread_id)
+
+
+def metadata_matches(wanted: Mapping[str, Any] | None, actual: Mapping[str, Any]) -> bool:
+    """Whether every key of ``wanted`` is in ``actual`` with an equal value."""
+    if not wanted:
+        return True
+    return all(key in actual and actual[key] == value for key, value in wanted.items())

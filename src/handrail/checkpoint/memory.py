@@ -1,0 +1,177 @@
+"""InMemorySaver: the store protocol in process memory, for tests and prototypes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from handrail.checkpoint.base import (
+    BaseCheckpointSaver,
+    PendingFilter,
+    PendingItem,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRead,
+    ThreadRecord,
+    metadata_matches,
+)
+from handrail.errors import ConflictError
+
+__all__ = ["InMemorySaver", "MemorySaver"]
+
+
+class InMemorySaver(BaseCheckpointSaver):
+    """Keeps every thread's log in memory; safe to share between Python threads.
+
+    Events are stored serialised, exactly as a durable store keeps them, so a thread
+    behaves the same here as in SQLite or Postgres. Everything is lost when the process
+    exits: use ``SqliteSaver`` or ``PostgresSaver`` for pauses that must survive.
+
+    Example::
+
+        agent = create_agent(model, tools, middleware=[...], checkpointer=InMemorySaver())
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[str, list[StoredEvent]] = {}
+        self._records: dict[str, ThreadRecord] = {}
+        self._runs: dict[str, set[str]] = {}
+
+    def append(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        with self._lock:
+            current = self._records.get(thread_id)
+            head = current.head_seq if current is not None else 0
+            if head != expected_seq:
+                raise ConflictError(
+                    f"thread {thread_id!r} moved on: expected it at event {expected_seq}, found it at {head}",
+                    thread_id=thread_id,
+                )
+            for offset, event in enumerate(events, start=1):
+                if event.seq != expected_seq + offset:
+                    raise ValueError(
+                        f"events must be numbered from {expected_seq + 1} without gaps, "
+                        f"got {event.seq} at position {offset}"
+                    )
+            if record.head_seq != expected_seq + len(events):
+                raise ValueError("the thread record's head_seq must be the last event's seq")
+            self._events.setdefault(thread_id, []).extend(events)
+            self._records[thread_id] = record
+
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        with self._lock:
+            record = self._records.get(thread_id)
+            log = self._events.get(thread_id, [])
+            # seq n sits at index n - 1: slicing is O(events returned)
+            end = len(log) if upto_seq is None else max(0, min(upto_seq, len(log)))
+            return ThreadRead(record=record, events=log[max(after_seq, 0) : end])
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        with self._lock:
+            return self._records.get(thread_id)
+
+    def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        with self._lock:
+            records = list(self._records.values())
+        chosen = [
+            r
+            for r in records
+            if (filter.status is None or r.status == filter.status)
+            and (filter.updated_after is None or r.updated_at > filter.updated_after)
+            and (filter.updated_before is None or r.updated_at < filter.updated_before)
+            and metadata_matches(filter.metadata, r.metadata)
+        ]
+        chosen.sort(key=lambda r: (-r.updated_at, r.thread_id))
+        return chosen[filter.offset : filter.offset + filter.limit]
+
+    def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        now = time.time()
+        with self._lock:
+            records = [r for r in self._records.values() if r.pending]
+        items = [
+            PendingItem(thread_id=r.thread_id, review=p, metadata=r.metadata)
+            for r in records
+            if (filter.thread_id is None or r.thread_id == filter.thread_id)
+            and metadata_matches(filter.metadata, r.metadata)
+            for p in r.pending
+            if (filter.tool is None or filter.tool in p.tools)
+            and (filter.kind is None or p.kind == filter.kind)
+            and (filter.older_than is None or p.created_at <= now - filter.older_than)
+        ]
+        items.sort(key=_pending_key)
+        if filter.after is not None:
+            items = [item for item in items if _pending_key(item) > filter.after]
+        return items[: filter.limit]
+
+    def delete_thread(self, thread_id: str) -> bool:
+        with self._lock:
+            self._events.pop(thread_id, None)
+            self._runs.pop(thread_id, None)
+            return self._records.pop(thread_id, None) is not None
+
+    def claim_run(self, thread_id: str, run_id: str) -> None:
+        with self._lock:
+            self._runs.setdefault(thread_id, set()).add(run_id)
+
+    def release_run(self, thread_id: str, run_id: str) -> None:
+        with self._lock:
+            runs = self._runs.get(thread_id)
+            if runs is not None:
+                runs.discard(run_id)
+                if not runs:
+                    del self._runs[thread_id]
+
+    def runs_alive(self, thread_id: str) -> set[str]:
+        with self._lock:
+            return set(self._runs.get(thread_id, ()))
+
+    # Nothing here blocks, so the async twins call the sync methods directly.
+    async def aappend(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        self.append(thread_id, events, expected_seq=expected_seq, record=record)
+
+    async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
+
+    async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
+        return self.get_thread(thread_id)
+
+    async def alist_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        return self.list_threads(filter)
+
+    async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        return self.list_pending(filter)
+
+    async def adelete_thread(self, thread_id: str) -> bool:
+        return self.delete_thread(thread_id)
+
+    async def aclaim_run(self, thread_id: str, run_id: str) -> None:
+        self.claim_run(thread_id, run_id)
+
+    async def arelease_run(self, thread_id: str, run_id: str) -> None:
+        self.release_run(thread_id, run_id)
+
+    async def aruns_alive(self, thread_id: str) -> set[str]:
+        return self.runs_alive(thread_id)
+
+
+def _pending_key(item: PendingItem) -> tuple[float, str, str]:
+    return (item.review.created_at, item.thread_id, item.review.interrupt_id)
+
+
+MemorySaver = InMemorySaver
+"""Alias of :class:`InMemorySaver` (LangGraph's older name)."""

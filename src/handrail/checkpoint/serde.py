@@ -1,0 +1,176 @@
+"""Explicit, pickle-free serialisation of stored records (SPEC rule 10).
+
+Stored payloads are JSON (written with orjson). JSON's own types stand for themselves;
+every other stored type has a *name* and a to/from-JSON pair in one registry, and is
+written as an object tagged with the reserved key ``"__hr__"``::
+
+    {"__hr__": "ai", "content": "", "id": "...", "tool_calls": [...]}
+
+Loading walks the decoded JSON and rebuilds tagged objects. A tag that is not in the
+registry, a tagged object with fields its type does not have, or bytes that are not
+JSON raise :class:`~handrail.errors.SerializationError`; nothing unknown is ever
+constructed, and no code path uses pickle. Writing a value of a type the registry does
+not know (a set, a custom class) also raises, naming where the value sits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from handrail.errors import SerializationError
+from handrail.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+
+__all__ = ["TAG", "dumps", "loads", "register_type"]
+
+TAG = "__hr__"
+
+_Encoder = Callable[[Any], dict[str, Any]]
+_Decoder = Callable[[dict[str, Any]], Any]
+
+_ENCODERS: dict[type, tuple[str, _Encoder]] = {}
+_DECODERS: dict[str, _Decoder] = {}
+
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def register_type(name: str, cls: type, encode: _Encoder, decode: _Decoder) -> None:
+    """Register a stored type under ``name`` with its to/from-JSON pair.
+
+    ``encode`` returns a JSON-compatible dict (without the tag); ``decode`` receives that
+    dict and returns the object, raising ``ValueError`` or ``TypeError`` when the fields
+    are wrong. Names are permanent: renaming one breaks every record that uses it.
+    """
+    if name in _DECODERS:
+        raise ValueError(f"stored type name {name!r} is already registered")
+    _ENCODERS[cls] = (name, encode)
+    _DECODERS[name] = decode
+
+
+def _message_encoder(cls: type[BaseMessage]) -> _Encoder:
+    defaults = {
+        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(cls)
+    }
+
+    def encode(message: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"content": message.content}
+        for name, default in defaults.items():
+            if name == "content":
+                continue
+            value = getattr(message, name)
+            if value != default:
+                out[name] = value
+        return out
+
+    return encode
+
+
+def _message_decoder(cls: type[BaseMessage]) -> _Decoder:
+    known = {f.name for f in dataclasses.fields(cls)}
+
+    def decode(fields: dict[str, Any]) -> BaseMessage:
+        unknown = set(fields) - known
+        if unknown:
+            raise ValueError(f"unexpected field(s) {sorted(unknown)} for a {cls.__name__}")
+        if not isinstance(fields.get("content", ""), (str, list)):
+            raise ValueError(f"{cls.__name__} content must be a string or a list")
+        for name in ("id", "name"):
+            if fields.get(name) is not None and not isinstance(fields[name], str):
+                raise ValueError(f"{cls.__name__} {name} must be a string")
+        for name in ("tool_calls", "invalid_tool_calls", "tool_call_chunks"):
+            if name in fields and not isinstance(fields[name], list):
+                raise ValueError(f"{cls.__name__} {name} must be a list")
+        return cls(**fields)
+
+    return decode
+
+
+for _name, _cls in (
+    ("human", HumanMessage),
+    ("ai", AIMessage),
+    ("ai_chunk", AIMessageChunk),
+    ("system", SystemMessage),
+    ("tool", ToolMessage),
+    ("remove", RemoveMessage),
+):
+    register_type(_name, _cls, _message_encoder(_cls), _message_decoder(_cls))
+
+
+def _decode_datetime(fields: dict[str, Any]) -> datetime:
+    if set(fields) != {"iso"} or not isinstance(fields["iso"], str):
+        raise ValueError("a datetime record holds exactly one string field 'iso'")
+    return datetime.fromisoformat(fields["iso"])
+
+
+register_type("datetime", datetime, lambda d: {"iso": d.isoformat()}, _decode_datetime)
+
+
+def _default(obj: Any) -> Any:
+    entry = _ENCODERS.get(type(obj))
+    if entry is None:
+        raise TypeError(
+            f"a value of type {type(obj).__name__} cannot be stored: handrail stores JSON "
+            "types (dict, list, str, int, float, bool, None), messages and datetimes"
+        )
+    name, encode = entry
+    return {TAG: name, **encode(obj)}
+
+
+def dumps(value: Any, *, where: str = "value") -> bytes:
+    """Serialise ``value`` to JSON bytes; raise :class:`SerializationError` naming ``where``."""
+    try:
+        return orjson.dumps(value, default=_default, option=_OPTIONS)
+    except TypeError as exc:
+        raise SerializationError(f"cannot store {where}: {exc}") from None
+
+
+def loads(payload: bytes | str, *, thread_id: str | None = None, seq: int | None = None) -> Any:
+    """Load JSON bytes written by :func:`dumps`, rebuilding registered types.
+
+    Any problem raises :class:`SerializationError` naming the thread and record.
+    """
+    try:
+        return _revive(orjson.loads(payload))
+    except orjson.JSONDecodeError as exc:
+        reason = f"not valid JSON ({exc})"
+    except _BadRecord as exc:
+        reason = str(exc)
+    except RecursionError:
+        reason = "nested too deeply"
+    where = f"thread {thread_id!r}, record {seq}" if thread_id is not None else f"record {seq}"
+    raise SerializationError(f"cannot load {where}: {reason}", thread_id=thread_id, seq=seq) from None
+
+
+class _BadRecord(Exception):
+    pass
+
+
+def _revive(value: Any) -> Any:
+    if isinstance(value, dict):
+        tag = value.get(TAG)
+        if tag is None:
+            return {k: _revive(v) for k, v in value.items()}
+        decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
+        if decoder is None:
+            raise _BadRecord(f"unknown stored type {tag!r}")
+        fields = {k: _revive(v) for k, v in value.items() if k != TAG}
+        try:
+            return decoder(fields)
+        except (TypeError, ValueError) as exc:
+            raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
+    if isinstance(value, list):
+        return [_revive(v) for v in value]
+    return value

@@ -1,0 +1,614 @@
+"""HumanInTheLoopMiddleware: pause tool calls for a person to approve, edit, reject or answer.
+
+How it works (SPEC §3 and rules 1-5):
+
+* **Batched mode** (the default). ``after_model`` looks at the model's tool calls; the
+  ones whose policy gates them (and whose ``when`` predicate, if any, is true) go into
+  one interrupt whose value is a :class:`HITLRequest`, in call order. The answer is
+  ``{"decisions": [...]}``, one decision per action request. The decisions are kept in
+  the private state key ``_hitl_decisions``; ``wrap_tool_call`` applies them when the
+  tools step runs each call, so every call ends with exactly one ``ToolMessage`` in
+  call order whatever was decided.
+* **Per-call mode**. ``wrap_tool_call`` raises one interrupt per gated call (value
+  ``{"type": "tool_approval", ...}``), each answered by one decision; calls that are
+  not gated run at once.
+* Answers are checked by :meth:`validate_resume` before anything is saved: a bad
+  answer raises :class:`~handrail.errors.InvalidDecisionError` and leaves the thread
+  as it was.
+
+The decisions:
+
+``approve``  the call runs as proposed.
+``edit``     ``edited_action`` runs instead; the model's ``AIMessage`` keeps its
+             original call, and the result starts with the edit notice and says what ran.
+``reject``   the tool does not run; an error ``ToolMessage`` tells the model why.
+``respond``  the tool does not run; the person's ``message`` is the tool's result.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict, cast
+
+from handrail.errors import ConfigurationError, InvalidDecisionError
+from handrail.messages import AIMessage, ToolCall, ToolMessage
+from handrail.middleware.types import (
+    AgentMiddleware,
+    ResumeContext,
+    ToolCallRequest,
+    ToolHandler,
+)
+from handrail.runtime.context import Runtime, interrupt
+from handrail.tools import Tool, ToolArgumentsError
+
+__all__ = [
+    "DECISION_TYPES",
+    "Action",
+    "ActionRequest",
+    "ApproveDecision",
+    "Decision",
+    "DecisionType",
+    "EditDecision",
+    "HITLRequest",
+    "HITLResponse",
+    "HumanInTheLoopMiddleware",
+    "InterruptOnConfig",
+    "RejectDecision",
+    "RespondDecision",
+    "ReviewConfig",
+    "ToolApprovalRequest",
+    "reject_message",
+]
+
+DecisionType = Literal["approve", "edit", "reject", "respond"]
+DECISION_TYPES: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
+
+DEFAULT_DESCRIPTION_PREFIX = "Tool execution requires approval"
+DEFAULT_EDIT_NOTICE = "Note: a reviewer edited this tool call before it ran."
+
+
+class Action(TypedDict):
+    """A tool call as a person may rewrite it: the tool's name and its arguments."""
+
+    name: str
+    args: dict[str, Any]
+
+
+class ActionRequest(TypedDict):
+    """One call awaiting review."""
+
+    name: str
+    args: dict[str, Any]
+    description: str
+    tool_call_id: str
+
+
+class ReviewConfig(TypedDict):
+    """What the reviewer may decide for one action request."""
+
+    action_name: str
+    allowed_decisions: list[DecisionType]
+    args_schema: NotRequired[dict[str, Any]]
+
+
+class HITLRequest(TypedDict):
+    """The value of a batched interrupt: the calls and, in parallel, their review configs."""
+
+    action_requests: list[ActionRequest]
+    review_configs: list[ReviewConfig]
+
+
+class ToolApprovalRequest(TypedDict):
+    """The value of a per-call interrupt."""
+
+    type: Literal["tool_approval"]
+    tool_call_id: str
+    name: str
+    args: dict[str, Any]
+    description: str
+    allowed_decisions: list[DecisionType]
+
+
+class ApproveDecision(TypedDict):
+    """Run the call as proposed."""
+
+    type: Literal["approve"]
+
+
+class EditDecision(TypedDict):
+    """Run ``edited_action`` instead of the proposed call."""
+
+    type: Literal["edit"]
+    edited_action: Action
+
+
+class RejectDecision(TypedDict):
+    """Do not run the call; ``message`` tells the model why."""
+
+    type: Literal["reject"]
+    message: NotRequired[str]
+
+
+class RespondDecision(TypedDict):
+    """Do not run the call; ``message`` is its result."""
+
+    type: Literal["respond"]
+    message: str
+
+
+Decision = ApproveDecision | EditDecision | RejectDecision | RespondDecision
+
+
+class HITLResponse(TypedDict):
+    """The answer to a batched interrupt: one decision per action request, in order."""
+
+    decisions: list[Decision]
+
+
+DescriptionFactory = Callable[[ToolCall, Mapping[str, Any], Runtime], str]
+
+
+class InterruptOnConfig(TypedDict, total=False):
+    """The review policy of one tool.
+
+    ``allowed_decisions`` (required, non-empty); ``description`` (a string or a
+    callable ``(tool_call, state, runtime) -> str``); ``when`` (``request -> bool``: review
+    only when true); ``args_schema`` (the JSON schema shown to reviewers; defaults to the
+    tool's own).
+    """
+
+    allowed_decisions: list[DecisionType]
+    description: str | DescriptionFactory
+    when: Callable[[ToolCallRequest], bool]
+    args_schema: dict[str, Any]
+
+
+_CONFIG_KEYS = frozenset({"allowed_decisions", "description", "when", "args_schema"})
+_LEGACY_KEYS = {"allow_accept": ("approve",), "allow_edit": ("edit",), "allow_respond": ("respond", "reject")}
+_DECISION_KEYS: dict[str, frozenset[str]] = {
+    "approve": frozenset({"type"}),
+    "edit": frozenset({"type", "edited_action", "editedAction"}),
+    "reject": frozenset({"type", "message"}),
+    "respond": frozenset({"type", "message"}),
+}
+_DECISIONS_STATE_KEY = "_hitl_decisions"
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    allowed: tuple[DecisionType, ...]
+    description: str | DescriptionFactory | None
+    when: Callable[[ToolCallRequest], bool] | None
+    args_schema: dict[str, Any] | None
+
+
+def reject_message(name: str, call_id: str, message: str | None) -> str:
+    """The ``ToolMessage`` text for a rejected call (SPEC rule 4)."""
+    if message:
+        return f"User rejected the tool call for `{name}` with reason: {message}"
+    return (
+        f"User rejected the tool call for `{name}` with id {call_id}. The tool was not executed. "
+        "Do not retry this tool call unless the user explicitly requests it."
+    )
+
+
+class HumanInTheLoopMiddleware(AgentMiddleware):
+    """Pause gated tool calls until a person decides what happens to them.
+
+    Example::
+
+        HumanInTheLoopMiddleware(
+            interrupt_on={
+                "write_file": True,                      # all four decisions
+                "execute_sql": {"allowed_decisions": ["approve", "reject"],
+                                "description": "SQL execution needs DBA approval"},
+                "read_data": False,                      # never reviewed
+            },
+            description_prefix="Tool execution pending approval",
+        )
+
+    ``interrupt_on`` maps tool names to ``True`` (all four decisions), ``False`` (never
+    reviewed) or an :class:`InterruptOnConfig`. Anything else raises
+    :class:`~handrail.errors.ConfigurationError` naming the tool: a bad config never
+    means "auto-approve". ``edit_notice`` starts the result of an edited call
+    (``None`` leaves the result as the tool returned it). ``interrupt_mode`` is
+    ``"batched"`` (one interrupt per model turn) or ``"per_call"`` (one per call).
+    """
+
+    def __init__(
+        self,
+        interrupt_on: Mapping[str, bool | InterruptOnConfig | Mapping[str, Any]],
+        *,
+        description_prefix: str = DEFAULT_DESCRIPTION_PREFIX,
+        edit_notice: str | None = DEFAULT_EDIT_NOTICE,
+        interrupt_mode: Literal["batched", "per_call"] = "batched",
+    ) -> None:
+        if not isinstance(interrupt_on, Mapping):
+            raise ConfigurationError(
+                f"interrupt_on must be a dict of tool name -> True/False/config, got "
+                f"{type(interrupt_on).__name__}"
+            )
+        if interrupt_mode not in ("batched", "per_call"):
+            raise ConfigurationError(
+                f"interrupt_mode must be 'batched' or 'per_call', got {interrupt_mode!r}"
+            )
+        if not isinstance(description_prefix, str):
+            raise ConfigurationError("description_prefix must be a string")
+        if edit_notice is not None and not isinstance(edit_notice, str):
+            raise ConfigurationError("edit_notice must be a string or None")
+        self.policies: dict[str, _Policy] = {}
+        for tool_name, config in interrupt_on.items():
+            if not isinstance(tool_name, str) or not tool_name:
+                raise ConfigurationError(f"interrupt_on keys must be tool names, got {tool_name!r}")
+            policy = _parse_policy(tool_name, config)
+            if policy is not None:
+                self.policies[tool_name] = policy
+        self.interrupt_on = dict(interrupt_on)
+        self.description_prefix = description_prefix
+        self.edit_notice = edit_notice
+        self.interrupt_mode = interrupt_mode
+        self._tools: Mapping[str, Tool] = {}
+
+    # Configuration ----------------------------------------------------------------
+    def bind(self, tools: Mapping[str, Tool]) -> None:
+        unknown = sorted(set(self.interrupt_on) - set(tools))
+        if unknown:
+            raise ConfigurationError(
+                f"interrupt_on names {unknown}, which the agent does not have; its tools are "
+                f"{sorted(tools)}. A misspelt name would leave the real tool unreviewed."
+            )
+        self._tools = tools
+
+    def _gated(self, request: ToolCallRequest) -> _Policy | None:
+        policy = self.policies.get(request.tool_call["name"])
+        if policy is None:
+            return None
+        if policy.when is not None and not policy.when(request):
+            return None
+        return policy
+
+    def _describe(self, policy: _Policy, call: ToolCall, state: Mapping[str, Any], runtime: Runtime) -> str:
+        if callable(policy.description):
+            return str(policy.description(call, state, runtime))
+        if isinstance(policy.description, str):
+            return policy.description
+        args = json.dumps(call["args"], indent=2, ensure_ascii=False, default=str)
+        return f"{self.description_prefix}\n\nTool: {call['name']}\nArgs: {args}"
+
+    def _schema(self, policy: _Policy, name: str) -> dict[str, Any] | None:
+        if policy.args_schema is not None:
+            return policy.args_schema
+        tool = self._tools.get(name)
+        return tool.json_schema if tool is not None else None
+
+    # Batched mode: one interrupt per model turn ------------------------------------
+    def after_model(self, state: dict[str, Any], runtime: Runtime) -> dict[str, Any] | None:
+        if self.interrupt_mode != "batched":
+            return None
+        message = _last_ai_message(state)
+        if message is None or not message.tool_calls:
+            return None
+        gated: list[tuple[ToolCall, _Policy]] = []
+        for call in message.tool_calls:
+            request = ToolCallRequest(
+                tool_call=call,
+                tool=self._tools.get(call["name"]),
+                state=state,
+                runtime=_tool_runtime(runtime, call, state),
+            )
+            policy = self._gated(request)
+            if policy is not None:
+                gated.append((call, policy))
+        if not gated:
+            return None
+        request_value = HITLRequest(action_requests=[], review_configs=[])
+        for call, policy in gated:
+            request_value["action_requests"].append(
+                ActionRequest(
+                    name=call["name"],
+                    args=call["args"],
+                    description=self._describe(policy, call, state, runtime),
+                    tool_call_id=str(call["id"]),
+                )
+            )
+            review = ReviewConfig(action_name=call["name"], allowed_decisions=list(policy.allowed))
+            schema = self._schema(policy, call["name"])
+            if schema is not None:
+                review["args_schema"] = schema
+            request_value["review_configs"].append(review)
+        response = interrupt(request_value)
+        decisions = self._check_batch(request_value, response)
+        by_call = {str(call["id"]): decision for (call, _), decision in zip(gated, decisions, strict=True)}
+        return {_DECISIONS_STATE_KEY: {"message_id": message.id, "by_call": by_call}}
+
+    # Applying decisions, and per-call mode --------------------------------------------
+    def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage:
+        decision = self._decision_for(request)
+        if decision is None:
+            return handler(request)
+        return self._apply(decision, request, handler)
+
+    def _decision_for(self, request: ToolCallRequest) -> Decision | None:
+        call = request.tool_call
+        if self.interrupt_mode == "per_call":
+            policy = self._gated(request)
+            if policy is None:
+                return None
+            value = ToolApprovalRequest(
+                type="tool_approval",
+                tool_call_id=str(call["id"]),
+                name=call["name"],
+                args=call["args"],
+                description=self._describe(policy, call, request.state, request.runtime),
+                allowed_decisions=list(policy.allowed),
+            )
+            return self._check_single(value, interrupt(value))
+        stored = request.state.get(_DECISIONS_STATE_KEY)
+        message = _last_ai_message(request.state)
+        if not stored or message is None or stored.get("message_id") != message.id:
+            return None  # decisions of an earlier turn never apply to this one
+        return cast("Decision | None", stored["by_call"].get(str(call["id"])))
+
+    def _apply(self, decision: Decision, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage:
+        call = request.tool_call
+        call_id = str(call["id"])
+        kind = decision["type"]
+        if kind == "approve":
+            return handler(request)
+        if kind == "reject":
+            text = reject_message(call["name"], call_id, cast(RejectDecision, decision).get("message"))
+            return ToolMessage(text, tool_call_id=call_id, name=call["name"], status="error")
+        if kind == "respond":
+            return ToolMessage(
+                cast(RespondDecision, decision)["message"], tool_call_id=call_id, name=call["name"]
+            )
+        edited = cast(EditDecision, decision)["edited_action"]
+        new_call = ToolCall(name=edited["name"], args=dict(edited["args"]), id=call_id, type="tool_call")
+        result = handler(request.override(tool_call=new_call, tool=self._tools.get(edited["name"])))
+        return self._with_edit_notice(result, new_call)
+
+    def _with_edit_notice(self, result: ToolMessage, ran: ToolCall) -> ToolMessage:
+        if self.edit_notice is None:
+            return result
+        ran_text = json.dumps(ran["args"], ensure_ascii=False, default=str)
+        notice = f"{self.edit_notice}\nRan instead: {ran['name']} with args {ran_text}\n\n"
+        content: Any = (
+            notice + result.content
+            if isinstance(result.content, str)
+            else [{"type": "text", "text": notice}, *result.content]
+        )
+        return ToolMessage(
+            content,
+            tool_call_id=result.tool_call_id,
+            name=result.name,
+            status=result.status,
+            id=result.id,
+            artifact=result.artifact,
+        )
+
+    # Validation (SPEC rule 5) --------------------------------------------------------
+    def validate_resume(self, value: Any, resume: Any, context: ResumeContext) -> Any:
+        if isinstance(value, Mapping) and value.get("type") == "tool_approval":
+            return self._check_single(cast(ToolApprovalRequest, value), resume)
+        return {"decisions": self._check_batch(cast(HITLRequest, value), resume)}
+
+    def _check_batch(self, request: HITLRequest, response: Any) -> list[Decision]:
+        expected = len(request["action_requests"])
+        if not isinstance(response, Mapping) or "decisions" not in response:
+            raise InvalidDecisionError(
+                "a review answer must be {'decisions': [...]}, one decision per action request, "
+                f"got {_short(response)}"
+            )
+        extra = sorted(set(response) - {"decisions"})
+        if extra:
+            raise InvalidDecisionError(f"a review answer holds only 'decisions'; unexpected key(s) {extra}")
+        decisions = response["decisions"]
+        if not isinstance(decisions, Sequence) or isinstance(decisions, (str, bytes)):
+            raise InvalidDecisionError(f"'decisions' must be a list, got {type(decisions).__name__}")
+        if len(decisions) != expected:
+            raise InvalidDecisionError(
+                f"expected {expected} decision{'s' if expected != 1 else ''} (one per action "
+                f"request, in order), got {len(decisions)}"
+            )
+        return [
+            self._check_decision(
+                decision,
+                f"decision {i} of {expected}",
+                action["name"],
+                action["tool_call_id"],
+                list(review["allowed_decisions"]),
+            )
+            for i, (decision, action, review) in enumerate(
+                zip(decisions, request["action_requests"], request["review_configs"], strict=True),
+                start=1,
+            )
+        ]
+
+    def _check_single(self, request: ToolApprovalRequest, response: Any) -> Decision:
+        if isinstance(response, Mapping) and "decisions" in response and "type" not in response:
+            decisions = response["decisions"]
+            if not isinstance(decisions, Sequence) or len(decisions) != 1:
+                raise InvalidDecisionError(
+                    "a per-call review is answered by one decision, e.g. {'type': 'approve'}"
+                )
+            response = decisions[0]
+        return self._check_decision(
+            response,
+            "the decision",
+            request["name"],
+            request["tool_call_id"],
+            list(request["allowed_decisions"]),
+        )
+
+    def _check_decision(
+        self, decision: Any, label: str, tool_name: str, call_id: str, allowed: list[str]
+    ) -> Decision:
+        if not isinstance(decision, Mapping):
+            raise InvalidDecisionError(
+                f"{label} must be a dict like {{'type': 'approve'}}, got {_short(decision)}"
+            )
+        kind = decision.get("type")
+        if kind not in DECISION_TYPES:
+            raise InvalidDecisionError(
+                f"{label} has unknown type {kind!r}; expected one of {list(DECISION_TYPES)}"
+            )
+        if kind not in allowed:
+            raise InvalidDecisionError(f"{label} is {kind!r}, but tool {tool_name!r} allows only {allowed}")
+        unexpected = sorted(set(decision) - _DECISION_KEYS[kind])
+        if unexpected:
+            raise InvalidDecisionError(f"{label} ({kind}) has unexpected key(s) {unexpected}")
+        if kind == "approve":
+            return ApproveDecision(type="approve")
+        if kind in ("reject", "respond"):
+            message = decision.get("message")
+            if kind == "respond" and message is None:
+                raise InvalidDecisionError(f"{label} (respond) needs a 'message': the tool's result")
+            if message is not None and not isinstance(message, str):
+                raise InvalidDecisionError(f"{label} ({kind}) 'message' must be a string")
+            if kind == "respond":
+                return RespondDecision(type="respond", message=cast(str, message))
+            return (
+                RejectDecision(type="reject", message=message) if message else RejectDecision(type="reject")
+            )
+        return EditDecision(type="edit", edited_action=self._check_edit(decision, label, tool_name))
+
+    def _check_edit(self, decision: Mapping[str, Any], label: str, tool_name: str) -> Action:
+        if "edited_action" in decision and "editedAction" in decision:
+            raise InvalidDecisionError(f"{label} (edit) gives both 'edited_action' and 'editedAction'")
+        action = decision.get("edited_action", decision.get("editedAction"))
+        if not isinstance(action, Mapping):
+            raise InvalidDecisionError(
+                f"{label} (edit) needs 'edited_action': {{'name': tool, 'args': {{...}}}}"
+            )
+        unexpected = sorted(set(action) - {"name", "args"})
+        if unexpected:
+            raise InvalidDecisionError(f"{label} (edit) edited_action has unexpected key(s) {unexpected}")
+        name, args = action.get("name"), action.get("args")
+        if not isinstance(name, str) or not isinstance(args, Mapping):
+            raise InvalidDecisionError(
+                f"{label} (edit) edited_action needs a string 'name' and a dict 'args'"
+            )
+        target = self._tools.get(name)
+        if target is None:
+            raise InvalidDecisionError(
+                f"{label} edits the call into {name!r}, which is not one of the agent's tools "
+                f"{sorted(self._tools)}"
+            )
+        if name != tool_name:
+            policy = self.policies.get(name)
+            if policy is not None and "approve" not in policy.allowed:
+                raise InvalidDecisionError(
+                    f"{label} turns {tool_name!r} into {name!r}, whose policy does not allow "
+                    f"'approve' (allowed: {list(policy.allowed)})"
+                )
+        try:
+            target.validate_args(args)
+        except ToolArgumentsError as exc:
+            raise InvalidDecisionError(f"{label} (edit): {exc}") from None
+        return Action(name=name, args=dict(args))
+
+
+def _parse_policy(tool_name: str, config: Any) -> _Policy | None:
+    if config is True:
+        return _Policy(DECISION_TYPES, None, None, None)
+    if config is False or config is None:
+        return None
+    if not isinstance(config, Mapping):
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] must be True, False or a dict with 'allowed_decisions', "
+            f"got {_short(config)}"
+        )
+    unknown = sorted(set(config) - _CONFIG_KEYS - set(_LEGACY_KEYS))
+    if unknown:
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] has unknown key(s) {unknown}; valid keys: {sorted(_CONFIG_KEYS)}"
+        )
+    legacy = [key for key in _LEGACY_KEYS if key in config]
+    if legacy and "allowed_decisions" in config:
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] mixes 'allowed_decisions' with legacy flags {legacy}"
+        )
+    if legacy:
+        warnings.warn(
+            f"interrupt_on[{tool_name!r}]: {legacy} are deprecated; use 'allowed_decisions'",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        allowed_list: list[Any] = []
+        for key in legacy:
+            if not isinstance(config[key], bool):
+                raise ConfigurationError(f"interrupt_on[{tool_name!r}][{key!r}] must be True or False")
+            if config[key]:
+                allowed_list += [d for d in _LEGACY_KEYS[key] if d not in allowed_list]
+        allowed_list.sort(key=DECISION_TYPES.index)
+    else:
+        if "allowed_decisions" not in config:
+            raise ConfigurationError(
+                f"interrupt_on[{tool_name!r}] needs 'allowed_decisions', a non-empty list of "
+                f"{list(DECISION_TYPES)}"
+            )
+        allowed_list = config["allowed_decisions"]
+    if (
+        not isinstance(allowed_list, (list, tuple))
+        or not allowed_list
+        or not all(isinstance(d, str) for d in allowed_list)
+    ):
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] allowed_decisions must be a non-empty list of "
+            f"{list(DECISION_TYPES)}, got {_short(allowed_list)}"
+        )
+    bad = [d for d in allowed_list if d not in DECISION_TYPES]
+    if bad:
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] has unknown decision type(s) {bad}; known: {list(DECISION_TYPES)}"
+        )
+    if len(set(allowed_list)) != len(allowed_list):
+        raise ConfigurationError(f"interrupt_on[{tool_name!r}] allowed_decisions lists a type twice")
+    description = config.get("description")
+    if description is not None and not (isinstance(description, str) or callable(description)):
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] description must be a string or a callable "
+            "(tool_call, state, runtime) -> str"
+        )
+    when = config.get("when")
+    if when is not None and not callable(when):
+        raise ConfigurationError(f"interrupt_on[{tool_name!r}] when must be a callable (request) -> bool")
+    schema = config.get("args_schema")
+    if schema is not None and not isinstance(schema, Mapping):
+        raise ConfigurationError(f"interrupt_on[{tool_name!r}] args_schema must be a JSON schema dict")
+    return _Policy(
+        allowed=tuple(cast(list[DecisionType], allowed_list)),
+        description=description,
+        when=when,
+        args_schema=dict(schema) if schema is not None else None,
+    )
+
+
+def _last_ai_message(state: Mapping[str, Any]) -> AIMessage | None:
+    for message in reversed(state.get("messages", ())):
+        if isinstance(message, AIMessage):
+            return message
+    return None
+
+
+def _tool_runtime(runtime: Runtime, call: ToolCall, state: Mapping[str, Any]) -> Any:
+    from handrail.runtime.context import ToolRuntime
+
+    return ToolRuntime(
+        thread_id=runtime.thread_id,
+        config=runtime.config,
+        context=runtime.context,
+        stream_writer=runtime.stream_writer,
+        reviewer=runtime.reviewer,
+        step=runtime.step,
+        tool_call_id=str(call["id"]),
+        state=state,
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,1 @@
+"""The run loop: events, the fold, the pause/resume rules, effects and their drivers."""

@@ -1,0 +1,167 @@
+"""What code running inside a run can reach: ``interrupt()``, the stream writer, runtimes.
+
+A hook, a model wrapper or a tool runs as a *task* of a step. The run loop puts a
+:class:`TaskContext` in a context variable while the task runs; :func:`interrupt` and
+:func:`get_stream_writer` read it. When a paused step runs again on resume, the context
+carries the answers already given, matched to ``interrupt()`` calls by their order in
+the task (the first call gets the first answer, and so on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from handrail.errors import ConfigurationError
+
+__all__ = [
+    "Runtime",
+    "TaskContext",
+    "ToolRuntime",
+    "get_stream_writer",
+    "interrupt",
+]
+
+StreamWriter = Callable[[Any], None]
+
+
+def _discard(_: Any) -> None:
+    return None
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Passed to middleware hooks: the thread, the run's config and its context.
+
+    ``context`` is ``config["context"]`` (any object the caller supplies);
+    ``stream_writer`` sends a chunk to ``stream_mode="custom"``; ``reviewer`` is who is
+    answering, when the run was started by a resume.
+    """
+
+    thread_id: str | None
+    config: Mapping[str, Any]
+    context: Any = None
+    stream_writer: StreamWriter = _discard
+    reviewer: Any = None
+    step: str = ""
+
+
+@dataclass(slots=True)
+class ToolRuntime(Runtime):
+    """Injected into a tool that declares a parameter of this type.
+
+    Adds the calling ``tool_call_id`` and the ``state`` at the time of the call. The
+    parameter is hidden from the tool's argument schema.
+
+    Example::
+
+        @tool
+        def whoami(runtime: ToolRuntime) -> str:
+            \"\"\"Say which thread is running.\"\"\"
+            return runtime.thread_id or "none"
+    """
+
+    tool_call_id: str = ""
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+
+class PauseSignal(BaseException):
+    """Raised by :func:`interrupt` to unwind a task that must wait for an answer.
+
+    A ``BaseException`` so that a tool's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, value: Any, index: int, source: str | None) -> None:
+        super().__init__(value)
+        self.value = value
+        self.index = index
+        self.source = source
+
+
+@dataclass(slots=True)
+class TaskContext:
+    """The per-task context :func:`interrupt` and :func:`get_stream_writer` read."""
+
+    answers: Mapping[int, Any]
+    can_pause: bool
+    stream_writer: StreamWriter
+    source: str | None = None
+    why_cannot_pause: str = ""
+    counter: int = 0
+
+    def next_index(self) -> int:
+        index = self.counter
+        self.counter += 1
+        return index
+
+
+_current: ContextVar[TaskContext | None] = ContextVar("handrail_task", default=None)
+
+
+def current_task() -> TaskContext | None:
+    """The context of the task running now, or None outside a run."""
+    return _current.get()
+
+
+def set_current_task(ctx: TaskContext | None) -> Any:
+    """Install ``ctx`` for the running task; returns a token for :func:`reset_current_task`."""
+    return _current.set(ctx)
+
+
+def reset_current_task(token: Any) -> None:
+    _current.reset(token)
+
+
+def interrupt(value: Any) -> Any:
+    """Pause the run and wait for an answer; return the answer once it is given.
+
+    Call it from a tool or a middleware hook. The first time, it saves ``value`` as a
+    pending :class:`~handrail.Interrupt` and stops the run; the caller sees it in
+    ``result["__interrupt__"]``. When the thread is resumed with
+    ``Command(resume=answer)``, the step that paused runs again from its start and this
+    call returns ``answer``. Code before the call therefore runs again on resume: keep
+    side effects after it.
+
+    Example::
+
+        @tool
+        def ask_user(question: str) -> str:
+            \"\"\"Ask the user a question.\"\"\"
+            return interrupt({"question": question})
+
+    Raises :class:`~handrail.errors.ConfigurationError` when the agent has no
+    checkpointer or the config no ``thread_id`` (SPEC rule 7), and ``RuntimeError``
+    outside a run.
+    """
+    ctx = _current.get()
+    if ctx is None:
+        raise RuntimeError("interrupt() can only be called inside a tool or middleware hook of a run")
+    index = ctx.next_index()
+    if index in ctx.answers:
+        return ctx.answers[index]
+    if not ctx.can_pause:
+        raise ConfigurationError(
+            f"cannot pause for review: {ctx.why_cannot_pause}. A pause must be saved: pass "
+            "checkpointer=InMemorySaver() (or another saver) to create_agent and "
+            "config={'configurable': {'thread_id': '...'}} to invoke"
+        )
+    raise PauseSignal(value, index, ctx.source)
+
+
+def get_stream_writer() -> StreamWriter:
+    """Return a function that sends a chunk to ``stream_mode="custom"``.
+
+    Outside a run, or when nobody streams custom chunks, the writer discards them.
+
+    Example::
+
+        @tool
+        def fetch(url: str) -> str:
+            \"\"\"Fetch a page.\"\"\"
+            get_stream_writer()({"progress": "fetching " + url})
+            ...
+    """
+    ctx = _current.get()
+    return ctx.stream_writer if ctx is not None else _discard

@@ -1,0 +1,522 @@
+"""Effects and the two drivers that perform them.
+
+The run loop (``loop.py``) is written once, as generators that *yield* the effects they
+need - read the thread, append events, call a hook, call the model, run tools - and
+receive the results. :func:`drive_sync` performs effects with blocking calls,
+:func:`drive_async` with ``await``. Each effect says how it is done both ways; nothing
+else in the runtime knows whether it runs sync or async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from handrail.checkpoint.base import BaseCheckpointSaver, PendingReview, ThreadRecord, ThreadStatus
+from handrail.checkpoint.serde import dumps
+from handrail.errors import ConflictError
+from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, new_id
+from handrail.middleware.types import (
+    AgentMiddleware,
+    ModelRequest,
+    ModelResponse,
+    hook_is_defined,
+)
+from handrail.models.base import accumulate_chunks
+from handrail.runtime.context import (
+    PauseSignal,
+    TaskContext,
+    reset_current_task,
+    set_current_task,
+)
+from handrail.runtime.events import Event, encode_event
+from handrail.runtime.fold import ThreadFold
+from handrail.runtime.spec import AgentSpec
+from handrail.tools import Tool, run_coroutine_sync
+
+__all__ = ["Effect", "Env", "drive_async", "drive_sync"]
+
+Gen = Generator["Effect", Any, Any]
+Emit = Callable[[str, Any], None]
+
+
+@dataclass
+class Env:
+    """What the drivers need to perform effects for one run (or one read)."""
+
+    spec: AgentSpec
+    store: BaseCheckpointSaver
+    thread_id: str
+    run_id: str = field(default_factory=lambda: new_id("run-"))
+    emit: Emit | None = None
+    modes: frozenset[str] = frozenset()
+    fold: ThreadFold | None = None
+    claimed: bool = False
+    broken: bool = False
+    lock: asyncio.Lock | None = None
+
+    def wants(self, mode: str) -> bool:
+        return mode in self.modes
+
+    def send(self, mode: str, chunk: Any) -> None:
+        if self.emit is not None and mode in self.modes:
+            self.emit(mode, chunk)
+
+
+class Effect:
+    """Something the loop needs done; performed by a driver."""
+
+    def run_sync(self, env: Env) -> Any:
+        raise NotImplementedError
+
+    async def run_async(self, env: Env) -> Any:
+        raise NotImplementedError
+
+
+def drive_sync(gen: Gen, env: Env) -> Any:
+    """Run a loop generator to completion with blocking calls."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = gen.throw(error) if error is not None else gen.send(send)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            send, error = effect.run_sync(env), None
+        except BaseException as exc:  # handed back to the generator, which may handle it
+            send, error = None, exc
+
+
+async def drive_async(gen: Gen, env: Env) -> Any:
+    """Run a loop generator to completion with ``await``."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = gen.throw(error) if error is not None else gen.send(send)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            send, error = await effect.run_async(env), None
+        except BaseException as exc:
+            send, error = None, exc
+
+
+# Store ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class StoreCall(Effect):
+    """Call a store method (``read``, ``runs_alive``, ...) or its ``a``-prefixed twin."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def run_sync(self, env: Env) -> Any:
+        return getattr(env.store, self.method)(*self.args, **self.kwargs)
+
+    async def run_async(self, env: Env) -> Any:
+        return await getattr(env.store, "a" + self.method)(*self.args, **self.kwargs)
+
+
+@dataclass(slots=True)
+class Persist(Effect):
+    """Append events to the thread (and apply them to the run's fold).
+
+    A ``step`` or ``update`` event whose ``next`` is None gets it computed here, after its
+    values are applied, from the plan (so routing sees the state the step produced).
+    """
+
+    events: list[Event]
+
+    def _prepare(self, env: Env) -> tuple[list[Any], ThreadRecord, int]:
+        if env.broken:
+            raise ConflictError(
+                f"thread {env.thread_id!r}: an earlier append of this run failed; it cannot continue",
+                thread_id=env.thread_id,
+            )
+        fold = env.fold
+        assert fold is not None
+        expected = fold.head_seq
+        now = time.time()
+        for event in self.events:
+            event.seq = fold.head_seq + 1
+            event.created_at = now
+            _assign_message_ids(event)
+            if event.kind in ("step", "update") and event.data.get("next") is None:
+                jump = event.data.pop("jump_to", None)
+                event.data["next"] = []
+                fold.apply(event)
+                after = event.data.get("as_node") if event.kind == "update" else event.data["step"]
+                fold.next = env.spec.plan.after(after, fold.messages, jump) if after else ()
+                event.data["next"] = list(fold.next)
+            elif event.kind == "branch":
+                fold.adopt(event.data.pop("_past"), event)
+            else:
+                fold.apply(event)
+        stored = [encode_event(event, env.thread_id) for event in self.events]
+        if not fold.epoch:
+            fold.epoch = new_id()
+        return stored, thread_record(fold), expected
+
+    def _claim_needed(self, env: Env) -> bool:
+        return not env.claimed and any(e.kind == "tool_started" for e in self.events)
+
+    def _conflict(self, env: Env, exc: ConflictError) -> ConflictError:
+        env.broken = True
+        answered = tuple(
+            interrupt_id for e in self.events if e.kind == "resume" for interrupt_id in e.data["answers"]
+        )
+        if answered:
+            return ConflictError(
+                f"thread {env.thread_id!r}: interrupt {', '.join(answered)} was answered by another "
+                "writer first; nothing of this resume was saved",
+                thread_id=env.thread_id,
+                interrupt_ids=answered,
+            )
+        return ConflictError(
+            f"thread {env.thread_id!r} was changed by another writer during this run; the run "
+            f"stopped before saving its next step ({exc})",
+            thread_id=env.thread_id,
+        )
+
+    def _prepare_or_break(self, env: Env) -> tuple[list[Any], ThreadRecord, int]:
+        try:
+            return self._prepare(env)
+        except BaseException:
+            env.broken = True  # the fold may hold events the store does not: stop here
+            raise
+
+    def run_sync(self, env: Env) -> None:
+        stored, record, expected = self._prepare_or_break(env)
+        if self._claim_needed(env):
+            env.store.claim_run(env.thread_id, env.run_id)
+            env.claimed = True
+        try:
+            env.store.append(env.thread_id, stored, expected_seq=expected, record=record)
+        except ConflictError as exc:
+            raise self._conflict(env, exc) from None
+        except BaseException:
+            env.broken = True
+            raise
+
+    async def run_async(self, env: Env) -> None:
+        if env.lock is None:
+            env.lock = asyncio.Lock()
+        async with env.lock:
+            stored, record, expected = self._prepare_or_break(env)
+            if self._claim_needed(env):
+                await env.store.aclaim_run(env.thread_id, env.run_id)
+                env.claimed = True
+            try:
+                await env.store.aappend(env.thread_id, stored, expected_seq=expected, record=record)
+            except ConflictError as exc:
+                raise self._conflict(env, exc) from None
+            except BaseException:
+                env.broken = True
+                raise
+
+
+def _assign_message_ids(event: Event) -> None:
+    values = event.data.get("values")
+    if isinstance(values, dict) and isinstance(values.get("messages"), list):
+        for message in values["messages"]:
+            if isinstance(message, BaseMessage) and message.id is None:
+                message.id = new_id()
+    message = event.data.get("message")
+    if isinstance(message, BaseMessage) and message.id is None:
+        message.id = new_id()
+
+
+def thread_record(fold: ThreadFold) -> ThreadRecord:
+    """The thread row for the store, from the fold after an append."""
+    status: ThreadStatus = "interrupted" if fold.pending else ("running" if fold.next else "idle")
+    return ThreadRecord(
+        thread_id=fold.thread_id,
+        head_seq=fold.head_seq,
+        status=status,
+        epoch=fold.epoch,
+        created_at=fold.created_at,
+        updated_at=fold.updated_at,
+        metadata=dict(fold.metadata),
+        pending=tuple(
+            PendingReview(
+                interrupt_id=record.id,
+                kind=record.kind,
+                tools=tools_named_by(record.value),
+                created_at=record.created_at,
+                payload=dumps(record.value, where=f"interrupt {record.id} of thread {fold.thread_id!r}"),
+            )
+            for record in fold.pending.values()
+        ),
+    )
+
+
+def tools_named_by(value: Any) -> tuple[str, ...]:
+    """The tool names an interrupt value is about (for the inbox's tool filter)."""
+    if isinstance(value, dict):
+        requests = value.get("action_requests")
+        if isinstance(requests, list):
+            return tuple(str(r.get("name")) for r in requests if isinstance(r, dict))
+        if isinstance(value.get("name"), str):
+            return (value["name"],)
+    return ()
+
+
+# Hooks ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class CallHook(Effect):
+    """Call one node hook (``before_model`` ...) of one middleware."""
+
+    middleware: AgentMiddleware
+    hook: str
+    state: dict[str, Any]
+    runtime: Any
+    task: TaskContext
+
+    def run_sync(self, env: Env) -> Any:
+        sync_defined, async_defined = hook_is_defined(self.middleware, self.hook)
+        token = set_current_task(self.task)
+        try:
+            if sync_defined or not async_defined:
+                return getattr(self.middleware, self.hook)(self.state, self.runtime)
+            return run_coroutine_sync(getattr(self.middleware, "a" + self.hook)(self.state, self.runtime))
+        finally:
+            reset_current_task(token)
+
+    async def run_async(self, env: Env) -> Any:
+        _, async_defined = hook_is_defined(self.middleware, self.hook)
+        token = set_current_task(self.task)
+        try:
+            if async_defined:
+                return await getattr(self.middleware, "a" + self.hook)(self.state, self.runtime)
+            return getattr(self.middleware, self.hook)(self.state, self.runtime)
+        finally:
+            reset_current_task(token)
+
+
+# Wrap chains (wrap_model_call / wrap_tool_call) -------------------------------------------
+@dataclass(slots=True)
+class Chain(Effect):
+    """Run ``request`` through the middleware's wrap hooks down to an innermost generator.
+
+    The first middleware is outermost. A middleware with only a sync hook also works in
+    async runs (it runs in a worker thread) and one with only an async hook in sync runs.
+    """
+
+    hook: str
+    layers: Sequence[AgentMiddleware]
+    request: Any
+    innermost: Callable[[Any], Gen]
+    task: TaskContext
+    normalise: Callable[[Any], Any]
+
+    def run_sync(self, env: Env) -> Any:
+        token = set_current_task(self.task)
+        try:
+            return self._call_sync(env, 0, self.request)
+        finally:
+            reset_current_task(token)
+
+    def _call_sync(self, env: Env, position: int, request: Any) -> Any:
+        if position == len(self.layers):
+            return drive_sync(self.innermost(request), env)
+        middleware = self.layers[position]
+        task = self.task
+
+        def handler(inner: Any) -> Any:
+            outer = task.source
+            try:
+                return self._call_sync(env, position + 1, inner)
+            finally:
+                task.source = outer
+
+        task.source = middleware.name
+        sync_defined, async_defined = hook_is_defined(middleware, self.hook)
+        if sync_defined or not async_defined:
+            result = getattr(middleware, self.hook)(request, handler)
+        else:
+
+            async def async_handler(inner: Any) -> Any:
+                return await asyncio.to_thread(handler, inner)
+
+            result = run_coroutine_sync(getattr(middleware, "a" + self.hook)(request, async_handler))
+        return self.normalise(result)
+
+    async def run_async(self, env: Env) -> Any:
+        token = set_current_task(self.task)
+        try:
+            return await self._call_async(env, 0, self.request)
+        finally:
+            reset_current_task(token)
+
+    async def _call_async(self, env: Env, position: int, request: Any) -> Any:
+        if position == len(self.layers):
+            return await drive_async(self.innermost(request), env)
+        middleware = self.layers[position]
+        task = self.task
+
+        async def handler(inner: Any) -> Any:
+            outer = task.source
+            try:
+                return await self._call_async(env, position + 1, inner)
+            finally:
+                task.source = outer
+
+        task.source = middleware.name
+        _, async_defined = hook_is_defined(middleware, self.hook)
+        if async_defined:
+            result = await getattr(middleware, "a" + self.hook)(request, handler)
+        else:
+            loop = asyncio.get_running_loop()
+
+            def sync_handler(inner: Any) -> Any:
+                return asyncio.run_coroutine_threadsafe(handler(inner), loop).result()
+
+            result = await asyncio.to_thread(getattr(middleware, self.hook), request, sync_handler)
+        return self.normalise(result)
+
+
+def normalise_model_result(result: Any) -> ModelResponse:
+    """A wrap_model_call hook may return a ModelResponse or a bare AIMessage."""
+    if isinstance(result, ModelResponse):
+        return result
+    if isinstance(result, AIMessage):
+        return ModelResponse(result=[result])
+    raise TypeError(
+        f"wrap_model_call must return a ModelResponse or an AIMessage, got {type(result).__name__}"
+    )
+
+
+def normalise_tool_result(result: Any) -> ToolMessage:
+    """A wrap_tool_call hook must return a ToolMessage."""
+    if isinstance(result, ToolMessage):
+        return result
+    raise TypeError(f"wrap_tool_call must return a ToolMessage, got {type(result).__name__}")
+
+
+# Model -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class CallModel(Effect):
+    """Call the chat model once; with ``stream`` set, forward each chunk to "messages"."""
+
+    request: ModelRequest
+    messages: list[BaseMessage]
+    metadata: dict[str, Any]
+    stream: bool
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {
+            "tools": [t.spec() for t in self.request.tools] or None,
+            "tool_choice": self.request.tool_choice,
+            **self.request.model_settings,
+        }
+
+    def run_sync(self, env: Env) -> AIMessage:
+        model = self.request.model
+        if not self.stream:
+            return model.invoke(self.messages, **self._kwargs())
+        chunks: list[AIMessageChunk] = []
+        for chunk in model.stream(self.messages, **self._kwargs()):
+            chunks.append(chunk)
+            env.send("messages", (chunk, self.metadata))
+        return accumulate_chunks(chunks)
+
+    async def run_async(self, env: Env) -> AIMessage:
+        model = self.request.model
+        if not self.stream:
+            return await model.ainvoke(self.messages, **self._kwargs())
+        chunks: list[AIMessageChunk] = []
+        async for chunk in model.astream(self.messages, **self._kwargs()):
+            chunks.append(chunk)
+            env.send("messages", (chunk, self.metadata))
+        return accumulate_chunks(chunks)
+
+
+# Tools -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class CallTool(Effect):
+    """Call a tool's function with arguments already validated."""
+
+    tool: Tool
+    args: dict[str, Any]
+    runtime: Any
+
+    def run_sync(self, env: Env) -> Any:
+        return self.tool.run(self.args, self.runtime)
+
+    async def run_async(self, env: Env) -> Any:
+        return await self.tool.arun(self.args, self.runtime)
+
+
+@dataclass(slots=True)
+class RunTasks(Effect):
+    """Run several task generators: one after another (sync) or concurrently (async).
+
+    In async runs every task finishes before the first error (if any) is raised, so no
+    tool is abandoned half-way by a sibling's failure.
+    """
+
+    tasks: list[Gen]
+
+    def run_sync(self, env: Env) -> None:
+        for task in self.tasks:
+            drive_sync(task, env)
+
+    async def run_async(self, env: Env) -> None:
+        if len(self.tasks) == 1:
+            await drive_async(self.tasks[0], env)
+            return
+        results = await asyncio.gather(
+            *(drive_async(task, env) for task in self.tasks), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+
+def tool_result_message(result: Any, call_id: str, name: str) -> ToolMessage:
+    """Turn what a tool returned into its ToolMessage."""
+    if isinstance(result, ToolMessage):
+        if result.tool_call_id == call_id:
+            return result
+        # a tool that built its own message keeps its content, answering this call
+        return ToolMessage(
+            result.content,
+            tool_call_id=call_id,
+            name=result.name or name,
+            status=result.status,
+            artifact=result.artifact,
+        )
+    if isinstance(result, str):
+        content: Any = result
+    elif result is None:
+        content = ""
+    else:
+        try:
+            content = orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:
+            content = str(result)
+    return ToolMessage(content, tool_call_id=call_id, name=name)
+
+
+__all__ += [
+    "CallHook",
+    "CallModel",
+    "CallTool",
+    "Chain",
+    "PauseSignal",
+    "Persist",
+    "RunTasks",
+    "StoreCall",
+    "normalise_model_result",
+    "normalise_tool_result",
+    "thread_record",
+    "tool_result_message",
+    "tools_named_by",
+]

@@ -1,0 +1,379 @@
+"""The fold: a thread's state as the reading of its event log up to a point.
+
+``ThreadFold.apply(event)`` advances the reading by one event. It is the only code
+that gives events their meaning; the run loop appends events and then applies them,
+and loading a thread applies the stored ones, so a thread read back from the store is
+exactly the thread that was run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from handrail.errors import SerializationError
+from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_messages_into
+from handrail.runtime.events import CHECKPOINT_KINDS, Event
+
+__all__ = ["InterruptRecord", "Reducer", "StartedTool", "ThreadFold", "pending_tool_calls"]
+
+Reducer = Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptRecord:
+    """An interrupt raised in the current step. ``index`` orders the calls in a task."""
+
+    id: str
+    step: str
+    task: str
+    index: int
+    kind: str
+    value: Any
+    source: str | None
+    seq: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StartedTool:
+    """A ``tool_started`` event with no ``tool_finished`` after it (yet)."""
+
+    task: str
+    name: str
+    args: dict[str, Any]
+    run_id: str | None
+    idempotent: bool
+    seq: int
+
+
+class ThreadFold:
+    """The state of one thread after its events up to ``head_seq``.
+
+    * ``values`` - the state dict (``messages`` plus middleware keys);
+    * ``next`` - the steps due to run; empty when the run is finished;
+    * ``pending`` - interrupts raised and not yet answered, in the order raised;
+    * ``step_interrupts`` / ``answers`` - every interrupt of the current step and the
+      answers given, which a re-run of the step receives;
+    * ``task_results`` - tool results of the current ``tools`` step, by tool call id;
+    * ``started`` - tool calls that began and have no result yet (SPEC rule 9).
+    """
+
+    __slots__ = (
+        "_message_index",
+        "answered_ids",
+        "answers",
+        "checkpoint_at",
+        "checkpoint_count",
+        "checkpoint_kind",
+        "checkpoint_seq",
+        "checkpoint_writes",
+        "created_at",
+        "epoch",
+        "head_seq",
+        "last_step",
+        "metadata",
+        "next",
+        "parent_checkpoint_seq",
+        "pending",
+        "reducers",
+        "started",
+        "step_interrupts",
+        "task_results",
+        "thread_id",
+        "updated_at",
+        "values",
+    )
+
+    def __init__(self, thread_id: str, reducers: Mapping[str, Reducer] | None = None) -> None:
+        self.thread_id = thread_id
+        self.reducers: Mapping[str, Reducer] = reducers or {}
+        self.values: dict[str, Any] = {"messages": []}
+        self._message_index: dict[str, int] = {}
+        self.next: tuple[str, ...] = ()
+        self.head_seq = 0
+        self.checkpoint_seq = 0
+        self.checkpoint_count = 0
+        self.pending: dict[str, InterruptRecord] = {}
+        self.step_interrupts: dict[str, InterruptRecord] = {}
+        self.answers: dict[str, Any] = {}
+        self.answered_ids: set[str] = set()
+        self.task_results: dict[str, ToolMessage] = {}
+        self.started: dict[str, StartedTool] = {}
+        self.created_at = 0.0
+        self.updated_at = 0.0
+        self.checkpoint_at = 0.0
+        self.checkpoint_kind = ""
+        self.parent_checkpoint_seq = 0
+        self.checkpoint_writes: dict[str, Any] | None = None
+        self.last_step: str | None = None
+        self.epoch = ""
+        self.metadata: dict[str, Any] = {}
+
+    # Reading --------------------------------------------------------------------
+    @property
+    def messages(self) -> list[BaseMessage]:
+        messages: list[BaseMessage] = self.values["messages"]
+        return messages
+
+    @property
+    def checkpoint_id(self) -> str | None:
+        """The id of the latest checkpoint, or None for a thread with no events."""
+        return checkpoint_id_of(self.checkpoint_seq) if self.checkpoint_seq else None
+
+    def public_values(self) -> dict[str, Any]:
+        """The state as callers see it: private ``_`` keys left out, lists copied."""
+        return {
+            key: (list(value) if key == "messages" else value)
+            for key, value in self.values.items()
+            if not key.startswith("_")
+        }
+
+    def state_view(self) -> dict[str, Any]:
+        """The state as hooks see it: every key, with its own copy of the message list."""
+        view = dict(self.values)
+        view["messages"] = list(self.messages)
+        return view
+
+    def answers_for(self, task: str) -> dict[int, Any]:
+        """The answers a re-run of ``task`` gets for its ``interrupt()`` calls, by index."""
+        return {
+            record.index: self.answers[record.id]
+            for record in self.step_interrupts.values()
+            if record.task == task and record.kind == "interrupt" and record.id in self.answers
+        }
+
+    def outcome_answer(self, task: str) -> Any:
+        """The answer to an ``outcome_unknown`` interrupt of ``task``, or None."""
+        for record in self.step_interrupts.values():
+            if record.task == task and record.kind == "outcome_unknown" and record.id in self.answers:
+                return self.answers[record.id]
+        return None
+
+    def copy(self) -> ThreadFold:
+        """An independent copy (values shallow-copied, message list copied)."""
+        other = ThreadFold.__new__(ThreadFold)
+        for name in ThreadFold.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.values = dict(self.values)
+        other.values["messages"] = list(self.messages)
+        other._message_index = dict(self._message_index)
+        other.pending = dict(self.pending)
+        other.step_interrupts = dict(self.step_interrupts)
+        other.answers = dict(self.answers)
+        other.answered_ids = set(self.answered_ids)
+        other.task_results = dict(self.task_results)
+        other.started = dict(self.started)
+        other.metadata = dict(self.metadata)
+        return other
+
+    def adopt(self, past: ThreadFold, event: Event) -> None:
+        """Apply a ``branch`` event: the state becomes ``past``, the log goes on."""
+        if event.seq != self.head_seq + 1:
+            raise SerializationError(
+                f"thread {self.thread_id!r}: event {event.seq} follows event {self.head_seq}",
+                thread_id=self.thread_id,
+                seq=event.seq,
+            )
+        answered = self.answered_ids | past.answered_ids
+        previous_checkpoint = self.checkpoint_seq
+        keep = (self.created_at, self.epoch, self.metadata)
+        for name in ThreadFold.__slots__:
+            setattr(self, name, getattr(past.copy(), name))
+        self.created_at, self.epoch, self.metadata = keep
+        self.answered_ids = answered
+        self.head_seq = event.seq
+        self.updated_at = event.created_at
+        self.parent_checkpoint_seq = previous_checkpoint
+        self.checkpoint_seq = event.seq
+        self.checkpoint_count += 1
+        self.checkpoint_at = event.created_at
+        self.checkpoint_kind = "branch"
+        self.checkpoint_writes = None
+
+    # Advancing ------------------------------------------------------------------
+    def apply(self, event: Event) -> None:
+        """Advance the reading by one event (``branch`` events are handled by the loader)."""
+        if event.seq != self.head_seq + 1:
+            raise SerializationError(
+                f"thread {self.thread_id!r}: event {event.seq} follows event {self.head_seq}; "
+                "the log has a gap or a repeat",
+                thread_id=self.thread_id,
+                seq=event.seq,
+            )
+        try:
+            getattr(self, f"_apply_{event.kind}")(event.data, event)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SerializationError(
+                f"cannot load thread {self.thread_id!r}, record {event.seq}: damaged "
+                f"{event.kind} event ({type(exc).__name__}: {exc})",
+                thread_id=self.thread_id,
+                seq=event.seq,
+            ) from None
+        self.head_seq = event.seq
+        if not self.created_at:
+            self.created_at = event.created_at
+        self.updated_at = event.created_at
+        if event.kind in CHECKPOINT_KINDS:
+            self.parent_checkpoint_seq = self.checkpoint_seq
+            self.checkpoint_seq = event.seq
+            self.checkpoint_count += 1
+            self.checkpoint_at = event.created_at
+            self.checkpoint_kind = event.kind
+            self.checkpoint_writes = (
+                {event.data["step"]: event.data.get("values")} if event.kind == "step" else None
+            )
+
+    def _apply_input(self, data: dict[str, Any], event: Event) -> None:
+        metadata = data.get("metadata")
+        if metadata:
+            if not isinstance(metadata, dict):
+                raise TypeError("metadata must be an object")
+            self.metadata.update(metadata)
+        self._apply_values(data["values"])
+        self._end_step(_as_next(data["next"]))
+        self.last_step = None
+
+    def _apply_step(self, data: dict[str, Any], event: Event) -> None:
+        step = data["step"]
+        if not isinstance(step, str):
+            raise TypeError("step must be a string")
+        if step == "tools":
+            order = data.get("order", [])
+            results = [self.task_results[task] for task in order]
+            if results:
+                self._apply_messages(results)
+        values = data.get("values")
+        if values:
+            self._apply_values(values)
+        self._end_step(_as_next(data["next"]))
+        self.last_step = step
+
+    def _apply_update(self, data: dict[str, Any], event: Event) -> None:
+        self._apply_values(data["values"])
+        if data.get("supersede", True):
+            # A hand edit makes pending questions stale: the step asks again when it re-runs.
+            self.pending = {}
+            self.answers = {}
+            self.step_interrupts = {}
+        self.next = _as_next(data["next"])
+        if data.get("as_node"):
+            self.last_step = data["as_node"]
+
+    def _apply_interrupt(self, data: dict[str, Any], event: Event) -> None:
+        record = InterruptRecord(
+            id=_str(data["id"]),
+            step=_str(data["step"]),
+            task=_str(data["task"]),
+            index=int(data["index"]),
+            kind=_str(data["kind"]),
+            value=data["value"],
+            source=data.get("source"),
+            seq=event.seq,
+            created_at=event.created_at,
+        )
+        self.pending[record.id] = record
+        self.step_interrupts[record.id] = record
+        if record.kind == "interrupt":
+            self.started.pop(record.task, None)  # the task paused; it did not finish unseen
+
+    def _apply_resume(self, data: dict[str, Any], event: Event) -> None:
+        answers = data["answers"]
+        if not isinstance(answers, dict):
+            raise TypeError("answers must be an object")
+        for interrupt_id, value in answers.items():
+            if interrupt_id not in self.pending:
+                raise ValueError(f"answer to interrupt {interrupt_id!r}, which is not pending")
+            del self.pending[interrupt_id]
+            self.answers[interrupt_id] = value
+            self.answered_ids.add(interrupt_id)
+
+    def _apply_tool_started(self, data: dict[str, Any], event: Event) -> None:
+        task = _str(data["task"])
+        args = data["args"]
+        if not isinstance(args, dict):
+            raise TypeError("args must be an object")
+        self.started[task] = StartedTool(
+            task=task,
+            name=_str(data["name"]),
+            args=args,
+            run_id=data.get("run_id"),
+            idempotent=bool(data.get("idempotent", False)),
+            seq=event.seq,
+        )
+
+    def _apply_tool_finished(self, data: dict[str, Any], event: Event) -> None:
+        message = data["message"]
+        if not isinstance(message, ToolMessage):
+            raise TypeError("a tool_finished event must hold a ToolMessage")
+        task = _str(data["task"])
+        self.task_results[task] = message
+        self.started.pop(task, None)
+
+    def _apply_branch(self, data: dict[str, Any], event: Event) -> None:
+        raise ValueError("branch events are applied by the loader, which refolds the log")
+
+    def _end_step(self, next_steps: tuple[str, ...]) -> None:
+        self.next = next_steps
+        self.pending = {}
+        self.step_interrupts = {}
+        self.answers = {}
+        self.task_results = {}
+
+    def _apply_values(self, update: Mapping[str, Any]) -> None:
+        if not isinstance(update, Mapping):
+            raise TypeError("a state update must be an object")
+        for key, value in update.items():
+            if key == "messages":
+                self._apply_messages(value)
+            elif key in self.reducers and key in self.values:
+                self.values[key] = self.reducers[key](self.values[key], value)
+            else:
+                self.values[key] = value
+
+    def _apply_messages(self, update: Iterable[BaseMessage]) -> None:
+        self._message_index = merge_messages_into(self.messages, self._message_index, update)
+
+
+def pending_tool_calls(messages: list[BaseMessage]) -> tuple[AIMessage | None, list[dict[str, Any]]]:
+    """The last AI message and those of its tool calls that have no ToolMessage yet.
+
+    Malformed calls (``invalid_tool_calls``) count too: each gets an error result the
+    model can correct.
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AIMessage):
+            calls: list[dict[str, Any]] = [dict(tc) for tc in message.tool_calls]
+            calls += [{**tc, "invalid": True} for tc in message.invalid_tool_calls]
+            return message, [c for c in calls if c.get("id") not in answered]
+        else:
+            return None, []
+    return None, []
+
+
+def checkpoint_id_of(seq: int) -> str:
+    """The public id of the checkpoint at event ``seq``."""
+    return f"{seq:010d}"
+
+
+def seq_of_checkpoint(checkpoint_id: str) -> int | None:
+    """The event number a checkpoint id names, or None if it is not one of ours."""
+    if isinstance(checkpoint_id, str) and checkpoint_id.isdigit() and len(checkpoint_id) == 10:
+        return int(checkpoint_id)
+    return None
+
+
+def _as_next(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError("next must be a list of step names")
+    return tuple(value)
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, found {type(value).__name__}")
+    return value

@@ -1,0 +1,528 @@
+"""The run loop, written once for sync and async (see ``effects.py`` for the drivers).
+
+:func:`run` reads the thread, lets ``rules.py`` turn the input into events, and runs the
+due steps until the thread pauses or finishes. Each step's events are appended before
+the next step begins (SPEC rule 7). The readers (:func:`snapshot`, :func:`history`,
+:func:`update_state`) live here too, since they share the loading code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from handrail.errors import ConfigurationError, ConflictError
+from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
+from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
+from handrail.runtime import rules
+from handrail.runtime.context import PauseSignal, Runtime, TaskContext, ToolRuntime
+from handrail.runtime.effects import (
+    CallHook,
+    CallModel,
+    CallTool,
+    Chain,
+    Effect,
+    Env,
+    Persist,
+    RunTasks,
+    StoreCall,
+    normalise_model_result,
+    normalise_tool_result,
+    tool_result_message,
+)
+from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
+from handrail.runtime.fold import ThreadFold, checkpoint_id_of, pending_tool_calls, seq_of_checkpoint
+from handrail.runtime.plan import MODEL, TOOLS
+from handrail.runtime.spec import AgentSpec
+from handrail.tools import ToolArgumentsError
+from handrail.types import Interrupt, RunnableConfig, StateSnapshot
+
+__all__ = ["RunRequest", "RunResult", "history", "run", "snapshot", "update_state"]
+
+Gen = Generator[Effect, Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """One call of invoke/stream, as the loop needs it."""
+
+    input: Any
+    config: RunnableConfig
+    thread_id: str
+    checkpoint_id: str | None
+    reviewer: Any
+    metadata: Mapping[str, Any] | None
+    can_pause: bool
+    why_cannot_pause: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Where a run stopped: the state and the interrupts waiting for answers."""
+
+    values: dict[str, Any]
+    interrupts: tuple[Interrupt, ...]
+
+
+# Loading -----------------------------------------------------------------------------------
+def load(env: Env, upto_seq: int | None = None) -> Generator[Effect, Any, ThreadFold]:
+    """Read the thread once: only the new events when a recent reading is cached."""
+    spec, thread_id = env.spec, env.thread_id
+    cached = spec.cache.get(thread_id) if upto_seq is None else None
+    if cached is not None:
+        read = yield StoreCall("read", (thread_id,), {"after_seq": cached.head_seq})
+        if (
+            read.record is not None
+            and read.record.epoch == cached.epoch
+            and read.record.head_seq == cached.head_seq + len(read.events)
+            and all(e.kind != "branch" for e in read.events)
+        ):
+            fold = cached.copy()
+            for stored in read.events:
+                fold.apply(decode_event(stored, thread_id))
+            return fold
+    read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
+    events = [decode_event(stored, thread_id) for stored in read.events]
+    fold = fold_events(spec, thread_id, events)
+    fold.epoch = read.record.epoch if read.record is not None else ""
+    return fold
+
+
+def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:
+    """Fold a whole log (``branch`` events refold the prefix they go back to)."""
+    fold = ThreadFold(thread_id, spec.reducers)
+    for event in events:
+        if event.kind == "branch":
+            fold.adopt(fold_events(spec, thread_id, events[: _branch_seq(event)]), event)
+        else:
+            fold.apply(event)
+    return fold
+
+
+def _branch_seq(event: Event) -> int:
+    seq = event.data["from_seq"]
+    if not isinstance(seq, int) or not 0 < seq < event.seq:
+        raise ValueError(f"branch event {event.seq} points at {seq!r}")
+    return seq
+
+
+def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
+    """Continue from an earlier checkpoint: append a ``branch`` event back to it."""
+    seq = seq_of_checkpoint(checkpoint_id)
+    if seq == fold.checkpoint_seq:
+        return fold  # the latest checkpoint: nothing to travel
+    if seq is None or seq > fold.head_seq:
+        raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+    past = yield from load(env, upto_seq=seq)
+    if past.checkpoint_seq != seq:
+        raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+    yield Persist([Event("branch", {"from_seq": seq, "_past": past})])
+    return fold
+
+
+# Running --------------------------------------------------------------------------------------
+def run(env: Env, request: RunRequest) -> Gen:
+    """Run the agent on one input until it pauses or finishes; return a RunResult."""
+    spec = env.spec
+    fold = yield from load(env)
+    env.fold = fold
+    if request.checkpoint_id is not None:
+        yield from _travel(env, fold, request.checkpoint_id)
+    alive: set[str] = (yield StoreCall("runs_alive", (env.thread_id,))) if fold.started else set()
+    recovered = rules.unfinished_tool_interrupts(spec, fold, alive, env.run_id)
+    events = rules.start_events(
+        spec, fold, request.input, recovered=recovered, reviewer=request.reviewer, metadata=request.metadata
+    )
+    if events:
+        yield Persist(events)
+        if any(e.kind == "input" for e in events):
+            env.send("values", fold.public_values())
+    runtime = Runtime(
+        thread_id=env.thread_id,
+        config=request.config,
+        context=request.config.get("context"),
+        stream_writer=_writer(env),
+        reviewer=request.reviewer,
+    )
+    while fold.next and not fold.pending:
+        step = fold.next[0]
+        runtime.step = step
+        if step == TOOLS:
+            yield from _tools_step(env, fold, request, runtime)
+        elif step == MODEL:
+            yield from _model_step(env, fold, request, runtime)
+        elif step in spec.plan.hooks:
+            yield from _hook_step(env, fold, request, runtime, step)
+        else:
+            raise ConfigurationError(
+                f"thread {env.thread_id!r} is due to run step {step!r}, which this agent does not "
+                f"have (its steps: {sorted(spec.plan.step_names)}); was its middleware removed?"
+            )
+    result = RunResult(fold.public_values(), _interrupts(fold.pending))
+    if result.interrupts:
+        env.send("updates", {"__interrupt__": result.interrupts})
+        env.send("values", (result.values, result.interrupts))
+    return result
+
+
+def _writer(env: Env) -> Any:
+    if not env.wants("custom"):
+        return lambda chunk: None
+    return lambda chunk: env.send("custom", chunk)
+
+
+def _task(env: Env, request: RunRequest, answers: dict[int, Any], source: str | None) -> TaskContext:
+    return TaskContext(
+        answers=answers,
+        can_pause=request.can_pause,
+        why_cannot_pause=request.why_cannot_pause,
+        stream_writer=_writer(env),
+        source=source,
+    )
+
+
+def _finish_step(
+    env: Env, fold: ThreadFold, step: str, update: Any, extra: dict[str, Any] | None = None
+) -> Gen:
+    data: dict[str, Any] = {"step": step, "values": None, "next": None, **(extra or {})}
+    if update is not None:
+        if not isinstance(update, Mapping):
+            raise TypeError(
+                f"step {step!r} must return a dict of state updates or None, got {type(update).__name__}"
+            )
+        values = dict(update)
+        jump = values.pop("jump_to", None)
+        if jump is not None:
+            from handrail.runtime.plan import JUMP_TARGETS
+
+            if jump not in JUMP_TARGETS:
+                raise ValueError(
+                    f"step {step!r} returned jump_to={jump!r}; expected one of {list(JUMP_TARGETS)}"
+                )
+            data["jump_to"] = jump
+        unknown = sorted(k for k in values if k not in env.spec.state_keys)
+        if unknown:
+            raise ValueError(
+                f"step {step!r} returned unknown state key(s) {unknown}; declare them in a "
+                "middleware's state_schema"
+            )
+        data["values"] = values or None
+    yield Persist([Event("step", data)])
+    env.send("updates", {step: data["values"]})
+    env.send("values", fold.public_values())
+
+
+def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> Gen:
+    yield Persist(
+        [
+            Event(
+                "interrupt",
+                {
+                    "id": rules.new_interrupt_id(),
+                    "step": step,
+                    "task": task,
+                    "index": signal.index,
+                    "kind": "interrupt",
+                    "value": signal.value,
+                    "source": signal.source,
+                },
+            )
+        ]
+    )
+
+
+def _hook_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime, step: str) -> Gen:
+    hook = env.spec.plan.hooks[step]
+    task = _task(env, request, fold.answers_for(step), hook.middleware.name)
+    try:
+        update = yield CallHook(hook.middleware, hook.hook, fold.state_view(), runtime, task)
+    except PauseSignal as signal:
+        yield from _pause(env, step, step, signal)
+        return
+    yield from _finish_step(env, fold, step, update)
+
+
+def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime) -> Gen:
+    spec = env.spec
+    state = fold.state_view()
+    model_request = ModelRequest(
+        model=spec.model,
+        messages=state["messages"],
+        system_prompt=spec.system_prompt,
+        tools=list(spec.tools.values()),
+        state=state,
+        runtime=runtime,
+    )
+    metadata = {"thread_id": env.thread_id, "step": MODEL, "run_id": env.run_id}
+
+    def innermost(req: ModelRequest) -> Gen:
+        messages = ([SystemMessage(req.system_prompt)] if req.system_prompt else []) + list(req.messages)
+        message = yield CallModel(req, messages, metadata, env.wants("messages"))
+        return ModelResponse(result=[message])
+
+    task = _task(env, request, fold.answers_for(MODEL), None)
+    try:
+        response = yield Chain(
+            "wrap_model_call", spec.model_wrappers, model_request, innermost, task, normalise_model_result
+        )
+    except PauseSignal as signal:
+        yield from _pause(env, MODEL, MODEL, signal)
+        return
+    for message in response.result:
+        if isinstance(message, AIMessage):
+            _prepare_ai_message(message, spec.name)
+    yield from _finish_step(env, fold, MODEL, {"messages": list(response.result)})
+
+
+def _prepare_ai_message(message: AIMessage, agent_name: str | None) -> None:
+    # Ids are fixed before saving so that every later reading agrees on them.
+    if message.id is None:
+        message.id = new_id("run-")
+    for call in message.tool_calls:
+        if not call.get("id"):
+            call["id"] = new_id("call_")
+    for invalid in message.invalid_tool_calls:
+        if not invalid.get("id"):
+            invalid["id"] = new_id("call_")
+    if agent_name and message.name is None:
+        message.name = agent_name
+
+
+def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime) -> Gen:
+    spec = env.spec
+    _, calls = pending_tool_calls(fold.messages)
+    order = [str(call["id"]) for call in calls]
+    state = fold.state_view()
+    tasks: list[Gen] = []
+    for call in calls:
+        call_id = str(call["id"])
+        if call_id in fold.task_results:
+            continue  # rule 6: a finished call never runs again
+        if call.get("invalid"):
+            message = ToolMessage(
+                f"Error: the call to {call.get('name')!r} could not be read ({call.get('error')}). "
+                "Send it again with its arguments as a JSON object.",
+                tool_call_id=call_id,
+                name=str(call.get("name") or ""),
+                status="error",
+            )
+            yield Persist([Event("tool_finished", {"task": call_id, "message": message})])
+            continue
+        outcome = fold.outcome_answer(call_id)
+        if outcome is not None:
+            result = rules.outcome_result(outcome, call_id, call["name"])
+            if result is not None:
+                yield Persist([Event("tool_finished", {"task": call_id, "message": result})])
+                continue
+        tool_call = ToolCall(name=call["name"], args=call["args"], id=call_id, type="tool_call")
+        tool_runtime = ToolRuntime(
+            thread_id=env.thread_id,
+            config=request.config,
+            context=runtime.context,
+            stream_writer=runtime.stream_writer,
+            reviewer=runtime.reviewer,
+            step=TOOLS,
+            tool_call_id=call_id,
+            state=state,
+        )
+        call_request = ToolCallRequest(
+            tool_call=tool_call, tool=spec.tools.get(call["name"]), state=state, runtime=tool_runtime
+        )
+        task = _task(env, request, fold.answers_for(call_id), None)
+        tasks.append(_tool_task(env, call_request, task))
+    if tasks:
+        yield RunTasks(tasks)
+    if fold.pending:
+        return
+    results = [fold.task_results[call_id] for call_id in order]
+    yield Persist([Event("step", {"step": TOOLS, "values": None, "next": None, "order": order})])
+    env.send("updates", {TOOLS: {"messages": results}})
+    env.send("values", fold.public_values())
+
+
+def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
+    call_id = str(request.tool_call["id"])
+    try:
+        message = yield Chain(
+            "wrap_tool_call",
+            env.spec.tool_wrappers,
+            request,
+            lambda req: _execute_tool(env, req),
+            task,
+            normalise_tool_result,
+        )
+    except PauseSignal as signal:
+        yield from _pause(env, TOOLS, call_id, signal)
+        return
+    if message.tool_call_id != call_id:
+        raise ValueError(
+            f"wrap_tool_call returned a ToolMessage for call {message.tool_call_id!r} while "
+            f"running call {call_id!r}"
+        )
+    yield Persist([Event("tool_finished", {"task": call_id, "message": message})])
+
+
+def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
+    """The innermost tool handler: check, record the start (rule 9), run, shape the result."""
+    call = request.tool_call
+    call_id = str(call["id"])
+    tool = env.spec.tools.get(call["name"])
+    if tool is None:
+        return ToolMessage(
+            f"Error: {call['name']!r} is not a valid tool; try one of {sorted(env.spec.tools)}.",
+            tool_call_id=call_id,
+            name=call["name"],
+            status="error",
+        )
+    try:
+        values = tool.validate_args(call["args"])
+    except ToolArgumentsError as exc:
+        return ToolMessage(
+            f"Error: {exc}. Fix the arguments and call the tool again.",
+            tool_call_id=call_id,
+            name=tool.name,
+            status="error",
+        )
+    yield Persist(
+        [
+            Event(
+                "tool_started",
+                {
+                    "task": call_id,
+                    "name": tool.name,
+                    "args": call["args"],
+                    "run_id": env.run_id,
+                    "idempotent": tool.idempotent,
+                },
+            )
+        ]
+    )
+    try:
+        result = yield CallTool(tool, values, request.runtime)
+    except Exception as exc:  # a failing tool is a result the model can react to
+        return ToolMessage(
+            f"Error: {type(exc).__name__}: {exc}",
+            tool_call_id=call_id,
+            name=tool.name,
+            status="error",
+        )
+    return tool_result_message(result, call_id, tool.name)
+
+
+def _interrupts(pending: Mapping[str, Any]) -> tuple[Interrupt, ...]:
+    return tuple(Interrupt(value=record.value, id=record.id) for record in pending.values())
+
+
+# Reading -----------------------------------------------------------------------------------
+def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
+    """The thread's StateSnapshot now, or at ``checkpoint_id``."""
+    if checkpoint_id is not None:
+        found = yield from history(env, checkpoint_id=checkpoint_id)
+        if not found:
+            raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+        return found[0]
+    fold = yield from load(env)
+    pending = dict(fold.pending)
+    if fold.started:
+        alive = yield StoreCall("runs_alive", (env.thread_id,))
+        try:
+            for event in rules.unfinished_tool_interrupts(env.spec, fold, alive, None):
+                event.created_at = fold.updated_at
+                pending[event.data["id"]] = rules._record_of(event)
+        except ConflictError:
+            pass  # still running elsewhere: nothing to show yet
+    env.spec.cache.put(fold)
+    return _snapshot_of(env.thread_id, fold, pending, fold.checkpoint_seq, fold.parent_checkpoint_seq)
+
+
+def history(
+    env: Env,
+    *,
+    checkpoint_id: str | None = None,
+    before: str | None = None,
+    limit: int | None = None,
+) -> Gen:
+    """Snapshots at every checkpoint, newest first (or only ``checkpoint_id``)."""
+    read = yield StoreCall("read", (env.thread_id,), {})
+    events = [decode_event(stored, env.thread_id) for stored in read.events]
+    wanted = seq_of_checkpoint(checkpoint_id) if checkpoint_id is not None else None
+    before_seq = seq_of_checkpoint(before) if before is not None else None
+    found: list[StateSnapshot] = []
+    fold = ThreadFold(env.thread_id, env.spec.reducers)
+
+    def capture() -> None:
+        current = fold.checkpoint_seq
+        if not current:
+            return
+        if (wanted is None or current == wanted) and (before_seq is None or current < before_seq):
+            found.append(
+                _snapshot_of(env.thread_id, fold, dict(fold.pending), current, fold.parent_checkpoint_seq)
+            )
+
+    for event in events:
+        if event.kind in CHECKPOINT_KINDS:
+            capture()
+        if event.kind == "branch":
+            fold.adopt(fold_events(env.spec, env.thread_id, events[: _branch_seq(event)]), event)
+        else:
+            fold.apply(event)
+    capture()
+    found.reverse()
+    return found[:limit] if limit is not None else found
+
+
+def _snapshot_of(
+    thread_id: str, fold: ThreadFold, pending: Mapping[str, Any], seq: int, parent: int | None
+) -> StateSnapshot:
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    if seq:
+        config["configurable"]["checkpoint_id"] = checkpoint_id_of(seq)
+    parent_config: RunnableConfig | None = (
+        {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id_of(parent)}}
+        if parent
+        else None
+    )
+    source = {"input": "input", "step": "loop", "update": "update", "branch": "fork"}.get(
+        fold.checkpoint_kind, ""
+    )
+    metadata: dict[str, Any] = {
+        "source": source,
+        "step": fold.checkpoint_count - 1,
+        "thread_id": thread_id,
+        **({"writes": fold.checkpoint_writes} if fold.checkpoint_writes is not None else {}),
+    }
+    if fold.metadata:
+        metadata["thread_metadata"] = dict(fold.metadata)
+    return StateSnapshot(
+        values=fold.public_values(),
+        next=fold.next,
+        config=config,
+        metadata=metadata,
+        created_at=datetime.fromtimestamp(fold.checkpoint_at, UTC).isoformat() if seq else None,
+        parent_config=parent_config,
+        interrupts=_interrupts(pending),
+    )
+
+
+def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str | None) -> Gen:
+    """Change the state by hand (``update_state``); returns the new checkpoint's config."""
+    spec = env.spec
+    fold = yield from load(env)
+    env.fold = fold
+    if as_node is not None and as_node not in spec.plan.step_names:
+        raise ValueError(
+            f"as_node must be one of the agent's steps {sorted(spec.plan.step_names)}, got {as_node!r}"
+        )
+    checked = rules.coerce_update(spec, values if values is not None else {}, where="update_state values")
+    if checkpoint_id is not None:
+        yield from _travel(env, fold, checkpoint_id)
+    data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}
+    data["next"] = None if as_node is not None else list(fold.next)
+    yield Persist([Event("update", data)])
+    spec.cache.put(fold)
+    config: RunnableConfig = {
+        "configurable": {"thread_id": env.thread_id, "checkpoint_id": checkpoint_id_of(fold.checkpoint_seq)}
+    }
+    return config

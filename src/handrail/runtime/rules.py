@@ -1,0 +1,343 @@
+"""When a run pauses, what a resume may contain, and what runs again.
+
+Theory of operation
+-------------------
+A thread is a log of events (see ``events.py``); its state is the fold of the log
+(see ``fold.py``). A run reads the thread once, decides from this module what its
+input means, appends those events, and then runs the steps that are due, appending
+each step's events before the next step begins. Every rule below is enforced here or
+names the place that enforces it; each has tests citing it.
+
+Rule 1 - Lifecycle. The model answers; ``after_model`` hooks see its tool calls; a
+    gated call makes the human-in-the-loop hook call ``interrupt()``, which saves an
+    ``interrupt`` event and stops the run. A resume brings decisions; the tools step
+    runs approved and edited calls and gives rejected or answered ones a synthetic
+    result; then the model is called again.
+Rule 2 - Batched mode: one interrupt per model turn (``human_in_the_loop.py``).
+Rule 3 - Per-call mode: one interrupt per gated call, each answered on its own; a
+    resume may answer some and leave the rest pending (:func:`target_answers`).
+Rule 4 - Decisions and their results (``human_in_the_loop.py``); every tool call ends
+    with exactly one ToolMessage, in call order (the fold merges a tools step's results
+    in call order when the step ends).
+Rule 5 - A resume is validated completely before anything is saved
+    (:func:`start_events` raises before returning any event): the payload's shape, the
+    interrupt ids it names, and each answer through the validator of whoever raised the
+    interrupt (:func:`validate_answer`). A refused resume changes nothing.
+Rule 6 - Only the step that paused runs again. Its ``interrupt()`` calls get the
+    answers in order (``ThreadFold.answers_for``); tool calls that already have a
+    result are skipped (``loop.py``); the model is not called for the turn under review
+    because the model step already ended. Code before an ``interrupt()`` runs again.
+Rule 7 - A pause needs a checkpointer and a thread id (``context.interrupt``);
+    every step's events are appended before the next step begins (``loop.py``).
+Rule 8 - One writer per thread: every append names the head it expects, and the store
+    refuses a stale one with ConflictError. An answer to an interrupt that was already
+    answered is refused the same way (:func:`target_answers`).
+Rule 9 - A tool call that started and never finished, whose run is no longer alive,
+    is not run again silently: it becomes an ``outcome_unknown`` interrupt
+    (:func:`unfinished_tool_interrupts`), unless its tool is idempotent, in which case
+    the tools step simply runs it again.
+Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from handrail.errors import ConflictError, InvalidDecisionError, PendingInterruptError
+from handrail.messages import ToolMessage, coerce_messages
+from handrail.middleware.human_in_the_loop import reject_message
+from handrail.middleware.types import ResumeContext
+from handrail.runtime.events import Event
+from handrail.runtime.fold import InterruptRecord, ThreadFold
+from handrail.types import Command
+
+if TYPE_CHECKING:
+    from handrail.runtime.spec import AgentSpec
+
+__all__ = [
+    "OUTCOME_DECISIONS",
+    "new_interrupt_id",
+    "outcome_result",
+    "start_events",
+    "target_answers",
+    "unfinished_tool_interrupts",
+    "validate_answer",
+]
+
+_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+OUTCOME_DECISIONS = ("approve", "respond", "reject")
+
+
+def new_interrupt_id() -> str:
+    """A fresh interrupt id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def looks_like_interrupt_id(key: Any) -> bool:
+    """Whether ``key`` has the shape of an interrupt id."""
+    return isinstance(key, str) and bool(_ID_RE.match(key))
+
+
+def _outcome_unknown_id(thread_id: str, started_seq: int) -> str:
+    # Derived, not random: get_state shows the same id before and after it is saved.
+    return hashlib.sha256(f"{thread_id}\x00outcome_unknown\x00{started_seq}".encode()).hexdigest()[:32]
+
+
+# Rule 9 ----------------------------------------------------------------------------
+def unfinished_tool_interrupts(
+    spec: AgentSpec, fold: ThreadFold, alive: set[str], own_run: str | None
+) -> list[Event]:
+    """``outcome_unknown`` interrupts for tool calls left unfinished by dead runs.
+
+    Raises ConflictError when such a call belongs to a run that is still alive: that
+    run is still working on the thread.
+    """
+    events: list[Event] = []
+    for started in fold.started.values():
+        if started.run_id == own_run:
+            continue
+        if started.run_id in alive:
+            raise ConflictError(
+                f"thread {fold.thread_id!r} is being run elsewhere: run {started.run_id} is "
+                f"executing tool {started.name!r} (call {started.task})",
+                thread_id=fold.thread_id,
+            )
+        tool = spec.tools.get(started.name)
+        if started.idempotent or (tool is not None and tool.idempotent):
+            continue  # the tools step runs it again
+        interrupt_id = _outcome_unknown_id(fold.thread_id, started.seq)
+        if interrupt_id in fold.pending or interrupt_id in fold.answered_ids:
+            continue
+        events.append(
+            Event(
+                "interrupt",
+                {
+                    "id": interrupt_id,
+                    "step": "tools",
+                    "task": started.task,
+                    "index": 0,
+                    "kind": "outcome_unknown",
+                    "value": {
+                        "type": "outcome_unknown",
+                        "tool_call_id": started.task,
+                        "name": started.name,
+                        "args": started.args,
+                        "description": (
+                            f"Tool {started.name!r} started but its result was never saved (the "
+                            "process running it stopped). It may or may not have taken effect. "
+                            "approve: run it again; respond: give its result; reject: do not run it."
+                        ),
+                        "allowed_decisions": list(OUTCOME_DECISIONS),
+                    },
+                    "source": None,
+                },
+            )
+        )
+    return events
+
+
+def outcome_result(answer: Mapping[str, Any], record_task: str, name: str) -> ToolMessage | None:
+    """What an answered ``outcome_unknown`` interrupt leaves: a result, or None to re-run."""
+    kind = answer["type"]
+    if kind == "respond":
+        return ToolMessage(answer["message"], tool_call_id=record_task, name=name)
+    if kind == "reject":
+        return ToolMessage(
+            reject_message(name, record_task, answer.get("message")),
+            tool_call_id=record_task,
+            name=name,
+            status="error",
+        )
+    return None
+
+
+def _validate_outcome_decision(answer: Any) -> dict[str, Any]:
+    if isinstance(answer, Mapping) and "decisions" in answer and "type" not in answer:
+        decisions = answer["decisions"]
+        if isinstance(decisions, list) and len(decisions) == 1:
+            answer = decisions[0]
+    if not isinstance(answer, Mapping) or answer.get("type") not in OUTCOME_DECISIONS:
+        raise InvalidDecisionError(
+            "an outcome_unknown interrupt is answered by one decision: {'type': 'approve'} "
+            "(run it again), {'type': 'respond', 'message': result} or {'type': 'reject'}"
+        )
+    kind = answer["type"]
+    unexpected = sorted(set(answer) - {"type", "message"})
+    if unexpected:
+        raise InvalidDecisionError(f"the decision ({kind}) has unexpected key(s) {unexpected}")
+    message = answer.get("message")
+    if kind == "respond" and not isinstance(message, str):
+        raise InvalidDecisionError("the decision (respond) needs a string 'message': the tool's result")
+    if message is not None and not isinstance(message, str):
+        raise InvalidDecisionError(f"the decision ({kind}) 'message' must be a string")
+    if kind == "approve":
+        return {"type": "approve"}
+    return {"type": kind, "message": message} if message else {"type": kind}
+
+
+# Rules 3, 5 and 8: which interrupts a resume answers, and whether the answers are valid
+def target_answers(fold: ThreadFold, pending: Mapping[str, InterruptRecord], resume: Any) -> dict[str, Any]:
+    """Map a ``Command.resume`` onto the pending interrupts it answers.
+
+    A map whose keys are interrupt ids answers exactly those; any other value answers
+    the single pending interrupt.
+    """
+    thread = fold.thread_id
+    is_map = (
+        isinstance(resume, Mapping) and bool(resume) and all(looks_like_interrupt_id(key) for key in resume)
+    )
+    if is_map:
+        unknown = [key for key in resume if key not in pending]
+        already = [key for key in unknown if key in fold.answered_ids]
+        if already:
+            raise ConflictError(
+                f"thread {thread!r}: interrupt {', '.join(already)} was already answered "
+                "(by another reviewer or an earlier resume); nothing was saved",
+                thread_id=thread,
+                interrupt_ids=tuple(already),
+            )
+        if unknown:
+            raise InvalidDecisionError(
+                f"thread {thread!r} has no pending interrupt {', '.join(unknown)}; pending: "
+                f"{list(pending) or 'none'}"
+            )
+        return dict(resume)
+    if not pending:
+        raise InvalidDecisionError(
+            f"thread {thread!r} has no pending interrupt, so there is nothing to resume; "
+            "send new input instead"
+        )
+    if len(pending) > 1:
+        raise InvalidDecisionError(
+            f"thread {thread!r} has {len(pending)} pending interrupts ({', '.join(pending)}); "
+            "a bare resume value is ambiguous: send Command(resume={interrupt_id: value, ...})"
+        )
+    (only,) = pending
+    return {only: resume}
+
+
+def validate_answer(spec: AgentSpec, fold: ThreadFold, record: InterruptRecord, answer: Any) -> Any:
+    """Check one answer with the validator of whoever raised the interrupt (rule 5)."""
+    try:
+        if record.kind == "outcome_unknown":
+            return _validate_outcome_decision(answer)
+        owner = spec.middleware_by_name.get(record.source or "")
+        if owner is None:
+            return answer
+        context = ResumeContext(thread_id=fold.thread_id, interrupt_id=record.id, tools=spec.tools)
+        return owner.validate_resume(record.value, answer, context)
+    except InvalidDecisionError as exc:
+        if len(fold.pending) > 1:
+            raise InvalidDecisionError(f"interrupt {record.id}: {exc}") from None
+        raise
+    except ValueError as exc:
+        raise InvalidDecisionError(f"interrupt {record.id}: {exc}") from None
+
+
+# The start of a run ----------------------------------------------------------------
+def start_events(
+    spec: AgentSpec,
+    fold: ThreadFold,
+    run_input: Any,
+    *,
+    recovered: list[Event],
+    reviewer: Any,
+    metadata: Mapping[str, Any] | None,
+) -> list[Event]:
+    """The events that begin a run, after validating its input completely.
+
+    ``recovered`` are the rule-9 interrupts found for this thread. Raises before
+    returning when the input is refused, so nothing is saved (rule 5).
+    """
+    pending = dict(fold.pending)
+    for event in recovered:
+        record = _record_of(event)
+        pending[record.id] = record
+    if run_input is None:
+        return list(recovered)
+    if isinstance(run_input, Command):
+        events: list[Event] = []
+        if run_input.update is not None:
+            values = coerce_update(spec, run_input.update, where="Command.update")
+            events.append(
+                Event(
+                    "update", {"values": values, "next": list(fold.next), "as_node": None, "supersede": False}
+                )
+            )
+        events += recovered
+        if run_input.resume is not None:
+            answers = target_answers(fold, pending, run_input.resume)
+            checked = {
+                interrupt_id: validate_answer(spec, fold, pending[interrupt_id], answer)
+                for interrupt_id, answer in answers.items()
+            }
+            events.append(Event("resume", {"answers": checked, "reviewer": reviewer}))
+        elif run_input.update is None:
+            raise InvalidDecisionError("Command needs resume=..., update=... or both")
+        return events
+    if pending:
+        raise PendingInterruptError(
+            f"thread {fold.thread_id!r} is waiting for review ({len(pending)} pending interrupt"
+            f"{'s' if len(pending) != 1 else ''}: {', '.join(pending)}); answer with "
+            "Command(resume=...) before sending new input"
+        )
+    if fold.next:
+        raise PendingInterruptError(
+            f"thread {fold.thread_id!r} has a run in progress (next step: {fold.next[0]}); "
+            "continue it with invoke(None, config) before sending new input"
+        )
+    if not isinstance(run_input, Mapping):
+        raise ValueError(
+            "input must be a dict like {'messages': [...]}, a Command, or None to continue; "
+            f"got {type(run_input).__name__}"
+        )
+    values = coerce_update(spec, run_input, where="input")
+    data: dict[str, Any] = {"values": values, "next": list(spec.plan.start())}
+    if metadata:
+        data["metadata"] = dict(metadata)
+    return [*recovered, Event("input", data)]
+
+
+def coerce_update(spec: AgentSpec, values: Any, *, where: str) -> dict[str, Any]:
+    """Check a state update's keys and coerce its messages."""
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{where} must be a dict of state keys, got {type(values).__name__}")
+    unknown = sorted(key for key in values if key not in spec.state_keys)
+    if unknown:
+        raise ValueError(
+            f"{where} has unknown state key(s) {unknown}; the agent's state has {sorted(spec.state_keys)}"
+        )
+    out = dict(values)
+    if "messages" in out:
+        out["messages"] = [
+            m if m.id is not None else _with_id(m)
+            for m in coerce_messages(out["messages"], where=f"{where}['messages']")
+        ]
+    return out
+
+
+def _with_id(message: Any) -> Any:
+    from dataclasses import replace
+
+    from handrail.messages import new_id
+
+    return replace(message, id=new_id())
+
+
+def _record_of(event: Event) -> InterruptRecord:
+    data = event.data
+    return InterruptRecord(
+        id=data["id"],
+        step=data["step"],
+        task=data["task"],
+        index=data["index"],
+        kind=data["kind"],
+        value=data["value"],
+        source=data.get("source"),
+        seq=0,
+        created_at=event.created_at,
+    )

@@ -1,0 +1,111 @@
+"""AgentSpec: everything a run needs to know about the agent, built once by create_agent."""
+
+from __future__ import annotations
+
+import threading
+import typing
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from handrail.checkpoint.base import BaseCheckpointSaver
+from handrail.errors import ConfigurationError
+from handrail.middleware.types import AgentMiddleware, hook_is_defined
+from handrail.models.base import ChatModel
+from handrail.runtime.fold import Reducer, ThreadFold
+from handrail.runtime.plan import Plan
+from handrail.tools import Tool
+
+__all__ = ["AgentSpec", "FoldCache", "state_schema_of"]
+
+
+class FoldCache:
+    """The latest reading of recently used threads, so a resume reads only new events.
+
+    Entries are never mutated after they are stored; a run works on its own copy.
+    """
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, ThreadFold] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, thread_id: str) -> ThreadFold | None:
+        with self._lock:
+            fold = self._entries.get(thread_id)
+            if fold is not None:
+                self._entries.move_to_end(thread_id)
+            return fold
+
+    def put(self, fold: ThreadFold) -> None:
+        with self._lock:
+            current = self._entries.get(fold.thread_id)
+            if current is not None and current.epoch == fold.epoch and current.head_seq > fold.head_seq:
+                return
+            self._entries[fold.thread_id] = fold
+            self._entries.move_to_end(fold.thread_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def drop(self, thread_id: str) -> None:
+        with self._lock:
+            self._entries.pop(thread_id, None)
+
+
+@dataclass
+class AgentSpec:
+    """The agent as the run loop sees it."""
+
+    name: str | None
+    model: ChatModel
+    tools: dict[str, Tool]
+    middleware: list[AgentMiddleware]
+    system_prompt: str | None
+    store: BaseCheckpointSaver | None
+    plan: Plan = field(init=False)
+    middleware_by_name: dict[str, AgentMiddleware] = field(init=False)
+    reducers: dict[str, Reducer] = field(init=False)
+    state_keys: frozenset[str] = field(init=False)
+    tool_wrappers: list[AgentMiddleware] = field(init=False)
+    model_wrappers: list[AgentMiddleware] = field(init=False)
+    cache: FoldCache = field(default_factory=FoldCache)
+
+    def __post_init__(self) -> None:
+        self.plan = Plan(self.middleware)
+        self.middleware_by_name = {m.name: m for m in self.middleware}
+        reducers: dict[str, Reducer] = {}
+        keys = {"messages"}
+        for middleware in self.middleware:
+            schema_keys, schema_reducers = state_schema_of(middleware)
+            keys |= schema_keys
+            reducers.update(schema_reducers)
+        keys.add("_hitl_decisions")
+        self.reducers = reducers
+        self.state_keys = frozenset(keys)
+        self.tool_wrappers = [m for m in self.middleware if any(hook_is_defined(m, "wrap_tool_call"))]
+        self.model_wrappers = [m for m in self.middleware if any(hook_is_defined(m, "wrap_model_call"))]
+
+
+def state_schema_of(middleware: AgentMiddleware) -> tuple[set[str], dict[str, Reducer]]:
+    """The state keys a middleware's ``state_schema`` adds, and their reducers."""
+    schema = middleware.state_schema
+    if schema is None:
+        return set(), {}
+    try:
+        hints = typing.get_type_hints(schema, include_extras=True)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"middleware {middleware.name!r}: cannot read state_schema {schema!r} ({exc}); use a TypedDict"
+        ) from None
+    reducers: dict[str, Reducer] = {}
+    for key, hint in hints.items():
+        if typing.get_origin(hint) is typing.Annotated:
+            found = [m for m in _annotated_metadata(hint) if callable(m)]
+            if found:
+                reducers[key] = found[-1]
+    return set(hints), reducers
+
+
+def _annotated_metadata(hint: Any) -> Sequence[Any]:
+    return getattr(hint, "__metadata__", ())

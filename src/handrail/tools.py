@@ -1,0 +1,310 @@
+"""Tools: ``@tool``, the :class:`Tool` type, argument schemas and validation.
+
+A tool is a function the model may call. Its name comes from the function, its
+description from the docstring, its argument schema from the type hints (with the
+``Args:`` section of the docstring describing each argument)::
+
+    @tool
+    def write_file(path: str, content: str) -> str:
+        \"\"\"Write text to a file.
+
+        Args:
+            path: Where to write.
+            content: What to write.
+        \"\"\"
+        ...
+
+A parameter annotated :class:`~handrail.ToolRuntime` is injected by the run and hidden
+from the schema. Async functions work the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, overload
+
+import pydantic
+from pydantic import BaseModel, ConfigDict
+
+from handrail.runtime.context import ToolRuntime
+
+__all__ = ["Tool", "ToolArgumentsError", "coerce_tool", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+class ToolArgumentsError(ValueError):
+    """Arguments that do not match a tool's schema; the message lists each problem."""
+
+    def __init__(self, tool_name: str, problems: list[str]) -> None:
+        self.tool_name = tool_name
+        self.problems = problems
+        super().__init__(f"arguments for {tool_name!r} do not match its schema: " + "; ".join(problems))
+
+
+class Tool:
+    """A callable the model may use, with a name, a description and an argument schema.
+
+    Build one with :func:`tool`, or directly::
+
+        Tool(read_data, name="read_data", description="Read rows from a table.")
+
+    ``idempotent=True`` marks a tool that may safely run again after a crash
+    (SPEC rule 9): a call that began but whose end was never saved is re-run instead of
+    being shown to a person as ``outcome_unknown``.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        args_schema: type[BaseModel] | None = None,
+        idempotent: bool = False,
+    ) -> None:
+        if not callable(func):
+            raise TypeError(f"a tool needs a callable, got {type(func).__name__}")
+        self.func = func
+        resolved = name or getattr(func, "__name__", "")
+        if not isinstance(resolved, str) or not _NAME_RE.match(resolved):
+            raise ValueError(
+                f"tool name {resolved!r} is not valid: use 1-128 letters, digits, '_', '-', '.' or ':'"
+            )
+        self.name: str = resolved
+        summary, arg_docs = _parse_docstring(inspect.getdoc(func) or "")
+        self.description = description if description is not None else summary
+        self.idempotent = bool(idempotent)
+        self.is_async = inspect.iscoroutinefunction(func)
+        self._runtime_params = _runtime_params(func)
+        self.args_schema = args_schema or _schema_from_signature(
+            func, self.name, arg_docs, self._runtime_params
+        )
+        self._json_schema: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r})"
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of the arguments (what models and reviewers see)."""
+        if self._json_schema is None:
+            schema = self.args_schema.model_json_schema()
+            schema.pop("title", None)
+            self._json_schema = schema
+        return self._json_schema
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as models see it: ``{"name", "description", "parameters"}``."""
+        return {"name": self.name, "description": self.description, "parameters": self.json_schema}
+
+    def validate_args(self, args: Any) -> dict[str, Any]:
+        """Check ``args`` against the schema; return the values to call the function with.
+
+        Raises :class:`ToolArgumentsError` listing every problem.
+        """
+        if not isinstance(args, Mapping):
+            raise ToolArgumentsError(self.name, [f"arguments must be an object, got {type(args).__name__}"])
+        try:
+            model = self.args_schema.model_validate(dict(args))
+        except pydantic.ValidationError as exc:
+            raise ToolArgumentsError(self.name, _describe_errors(exc)) from None
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def _with_runtime(self, values: Mapping[str, Any], runtime: ToolRuntime | None) -> dict[str, Any]:
+        out = dict(values)
+        for param in self._runtime_params:
+            out[param] = runtime
+        return out
+
+    def invoke(self, args: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
+        """Validate ``args`` and call the tool (an async tool runs to completion here)."""
+        return self.run(self.validate_args(args), runtime)
+
+    async def ainvoke(self, args: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
+        """Validate ``args`` and call the tool; a sync tool runs in a worker thread."""
+        return await self.arun(self.validate_args(args), runtime)
+
+    def run(self, values: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
+        """Call the tool with values :meth:`validate_args` returned."""
+        kwargs = self._with_runtime(values, runtime)
+        if self.is_async:
+            return run_coroutine_sync(self.func(**kwargs))
+        return self.func(**kwargs)
+
+    async def arun(self, values: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
+        """Async :meth:`run`; a sync tool runs in a worker thread."""
+        kwargs = self._with_runtime(values, runtime)
+        if self.is_async:
+            return await self.func(**kwargs)
+        return await asyncio.to_thread(self.func, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+
+@overload
+def tool(func: F, /) -> Tool: ...
+
+
+@overload
+def tool(
+    name: str | None = None,
+    /,
+    *,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    func: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+    idempotent: bool = False,
+) -> Any:
+    """Make a :class:`Tool` from a function; use bare or with options.
+
+    Example::
+
+        @tool
+        def read_data(table: str) -> str:
+            \"\"\"Read rows from a table.\"\"\"
+
+        @tool(name="sql", description="Run SQL.", idempotent=False)
+        def execute_sql(query: str) -> str: ...
+
+        @tool("search")
+        def web_search(q: str) -> str: ...
+    """
+    if isinstance(func, str):
+        name, func = func, None
+    if func is not None:
+        return Tool(func, name=name, description=description, args_schema=args_schema, idempotent=idempotent)
+
+    def decorate(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, args_schema=args_schema, idempotent=idempotent)
+
+    return decorate
+
+
+def coerce_tool(value: Any) -> Tool:
+    """Accept a :class:`Tool`, a plain function, or a duck-typed tool object."""
+    if isinstance(value, Tool):
+        return value
+    adapter = getattr(value, "__handrail_tool__", None)
+    if callable(adapter):
+        result = adapter()
+        if isinstance(result, Tool):
+            return result
+    if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
+        return Tool(value)
+    raise TypeError(f"cannot use {value!r} as a tool: pass a function, an @tool function or a handrail Tool")
+
+
+def run_coroutine_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when a loop is running here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import concurrent.futures
+    import contextvars
+
+    ctx = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(ctx.run, asyncio.run, coro).result()
+
+
+def _runtime_params(func: Callable[..., Any]) -> list[str]:
+    hints = _type_hints(func)
+    return [
+        name
+        for name in inspect.signature(func).parameters
+        if isinstance(hints.get(name), type) and issubclass(hints[name], ToolRuntime)
+    ]
+
+
+def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(func, include_extras=True)
+    except Exception:  # unresolved forward references: fall back to raw annotations
+        return dict(getattr(func, "__annotations__", {}))
+
+
+def _schema_from_signature(
+    func: Callable[..., Any], name: str, arg_docs: dict[str, str], skip: list[str]
+) -> type[BaseModel]:
+    hints = _type_hints(func)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(func).parameters.values():
+        if param.name in skip or param.name in ("self", "cls"):
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ValueError(f"tool {name!r}: *args and **kwargs cannot be described to a model")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (
+            annotation,
+            pydantic.Field(default=default, description=arg_docs.get(param.name)),
+        )
+    model: type[BaseModel] = pydantic.create_model(
+        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model
+
+
+_SECTION_RE = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?):\s*$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its summary and per-argument descriptions."""
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    for line in doc.splitlines():
+        match = _SECTION_RE.match(line.strip())
+        if match and not line.startswith((" ", "\t")):
+            section = match.group(1)
+            current = None
+            continue
+        if section is None:
+            summary.append(line)
+        elif section in ("Args", "Arguments", "Parameters"):
+            arg = re.match(r"^\s+(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
+            if arg and (current is None or len(line) - len(line.lstrip()) <= 4):
+                current = arg.group(1)
+                args[current] = arg.group(3).strip()
+            elif current and line.strip():
+                args[current] = (args[current] + " " + line.strip()).strip()
+    return "\n".join(summary).strip(), args
+
+
+def _describe_errors(exc: pydantic.ValidationError) -> list[str]:
+    problems = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in error["loc"]) or "arguments"
+        problems.append(f"{location}: {error['msg']}")
+    return problems

@@ -1,0 +1,98 @@
+"""The values that cross handrail's public surface: interrupts, commands, outputs, snapshots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, NotRequired, TypedDict
+
+__all__ = [
+    "Command",
+    "Configurable",
+    "GraphOutput",
+    "Interrupt",
+    "Reviewer",
+    "RunnableConfig",
+    "StateSnapshot",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """A pause waiting for an answer.
+
+    ``value`` is what the pausing code asked (for the human-in-the-loop middleware a
+    ``HITLRequest``); ``id`` is unique among the thread's pending interrupts and stable
+    across reads, so an answer addressed to it can never land on a newer one.
+    """
+
+    value: Any
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Input that answers interrupts and/or updates state.
+
+    ``resume`` is a bare value (answers the one pending interrupt) or a map
+    ``{interrupt_id: value}`` (answers exactly those). ``update`` is a state update
+    applied before the run continues.
+
+    Example::
+
+        agent.invoke(Command(resume={intr.id: {"decisions": [{"type": "approve"}]}}), config)
+    """
+
+    resume: Any = None
+    update: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOutput:
+    """The ``version="v2"`` result of ``invoke``: the state and the pending interrupts."""
+
+    value: dict[str, Any]
+    interrupts: tuple[Interrupt, ...] = ()
+
+
+class Reviewer(TypedDict):
+    """Who answers a review: an id and, optionally, roles."""
+
+    id: str
+    roles: NotRequired[list[str]]
+
+
+class Configurable(TypedDict, total=False):
+    """The ``config["configurable"]`` keys handrail reads."""
+
+    thread_id: str
+    checkpoint_id: str
+    reviewer: str | Reviewer
+
+
+class RunnableConfig(TypedDict, total=False):
+    """The ``config`` argument: ``{"configurable": {"thread_id": ...}}``.
+
+    ``metadata`` is merged into the thread's metadata (searchable with
+    ``list_interrupts``); ``context`` is passed to middleware and tools as
+    ``runtime.context``.
+    """
+
+    configurable: Configurable
+    metadata: dict[str, Any]
+    context: Any
+
+
+class StateSnapshot(NamedTuple):
+    """The state of a thread at one checkpoint, as ``get_state`` returns it.
+
+    ``values`` is the state dict, ``next`` the steps due to run, ``config`` carries the
+    ``checkpoint_id``, ``interrupts`` the interrupts pending at that point.
+    """
+
+    values: dict[str, Any]
+    next: tuple[str, ...]
+    config: RunnableConfig
+    metadata: dict[str, Any]
+    created_at: str | None
+    parent_config: RunnableConfig | None
+    interrupts: tuple[Interrupt, ...]
