@@ -325,6 +325,7 @@ class Chain(Effect):
 
     def _call_sync(self, env: Env, position: int, request: Any) -> Any:
         if position == len(self.layers):
+            self.task.source = None  # interrupts from here on belong to the tool or model itself
             return drive_sync(self.innermost(request), env)
         middleware = self.layers[position]
         task = self.task
@@ -357,6 +358,7 @@ class Chain(Effect):
 
     async def _call_async(self, env: Env, position: int, request: Any) -> Any:
         if position == len(self.layers):
+            self.task.source = None
             return await drive_async(self.innermost(request), env)
         middleware = self.layers[position]
         task = self.task

@@ -146,8 +146,10 @@ def run(env: Env, request: RunRequest) -> Gen:
         stream_writer=_writer(env),
         reviewer=request.reviewer,
     )
-    while fold.next and not fold.pending:
+    while fold.next:
         step = fold.next[0]
+        if fold.pending and not (step == TOOLS and _runnable_tool_calls(fold)):
+            break  # waiting for answers (rule 3: answered calls of a tools step still run)
         runtime.step = step
         if step == TOOLS:
             yield from _tools_step(env, fold, request, runtime)
@@ -160,11 +162,19 @@ def run(env: Env, request: RunRequest) -> Gen:
                 f"thread {env.thread_id!r} is due to run step {step!r}, which this agent does not "
                 f"have (its steps: {sorted(spec.plan.step_names)}); was its middleware removed?"
             )
+        if fold.pending:
+            break
     result = RunResult(fold.public_values(), _interrupts(fold.pending))
     if result.interrupts:
         env.send("updates", {"__interrupt__": result.interrupts})
         env.send("values", (result.values, result.interrupts))
     return result
+
+
+def _runnable_tool_calls(fold: ThreadFold) -> bool:
+    waiting = {record.task for record in fold.pending.values()}
+    _, calls = pending_tool_calls(fold.messages)
+    return any(str(c["id"]) not in waiting and str(c["id"]) not in fold.task_results for c in calls)
 
 
 def _writer(env: Env) -> Any:
@@ -295,11 +305,12 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     _, calls = pending_tool_calls(fold.messages)
     order = [str(call["id"]) for call in calls]
     state = fold.state_view()
+    waiting = {record.task for record in fold.pending.values()}
     tasks: list[Gen] = []
     for call in calls:
         call_id = str(call["id"])
-        if call_id in fold.task_results:
-            continue  # rule 6: a finished call never runs again
+        if call_id in fold.task_results or call_id in waiting:
+            continue  # rule 6: a finished call never runs again; a waiting one waits
         if call.get("invalid"):
             message = ToolMessage(
                 f"Error: the call to {call.get('name')!r} could not be read ({call.get('error')}). "
