@@ -134,7 +134,8 @@ def dumps(value: Any, *, where: str = "value") -> bytes:
     try:
         return orjson.dumps(value, default=_default, option=_OPTIONS)
     except TypeError as exc:
-        raise SerializationError(f"cannot store {where}: {exc}") from None
+        reason = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
+        raise SerializationError(f"cannot store {where}: {reason}") from None
 
 
 def loads(payload: bytes | str, *, thread_id: str | None = None, seq: int | None = None) -> Any:

@@ -80,6 +80,7 @@ class ThreadFold:
         "reducers",
         "started",
         "step_interrupts",
+        "superseded_ids",
         "task_results",
         "thread_id",
         "updated_at",
@@ -99,6 +100,7 @@ class ThreadFold:
         self.step_interrupts: dict[str, InterruptRecord] = {}
         self.answers: dict[str, Any] = {}
         self.answered_ids: set[str] = set()
+        self.superseded_ids: set[str] = set()
         self.task_results: dict[str, ToolMessage] = {}
         self.started: dict[str, StartedTool] = {}
         self.created_at = 0.0
@@ -163,6 +165,7 @@ class ThreadFold:
         other.step_interrupts = dict(self.step_interrupts)
         other.answers = dict(self.answers)
         other.answered_ids = set(self.answered_ids)
+        other.superseded_ids = set(self.superseded_ids)
         other.task_results = dict(self.task_results)
         other.started = dict(self.started)
         other.metadata = dict(self.metadata)
@@ -177,12 +180,14 @@ class ThreadFold:
                 seq=event.seq,
             )
         answered = self.answered_ids | past.answered_ids
+        superseded = self.superseded_ids | past.superseded_ids | set(self.pending)
         previous_checkpoint = self.checkpoint_seq
         keep = (self.created_at, self.epoch, self.metadata)
         for name in ThreadFold.__slots__:
             setattr(self, name, getattr(past.copy(), name))
         self.created_at, self.epoch, self.metadata = keep
         self.answered_ids = answered
+        self.superseded_ids = superseded - set(self.pending)
         self.head_seq = event.seq
         self.updated_at = event.created_at
         self.parent_checkpoint_seq = previous_checkpoint
@@ -254,6 +259,7 @@ class ThreadFold:
         self._apply_values(data["values"])
         if data.get("supersede", True):
             # A hand edit makes pending questions stale: the step asks again when it re-runs.
+            self.superseded_ids.update(self.pending)
             self.pending = {}
             self.answers = {}
             self.step_interrupts = {}

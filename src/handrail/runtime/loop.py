@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from handrail.errors import ConfigurationError, ConflictError
+from handrail.errors import ConfigurationError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.runtime import rules
@@ -131,9 +131,15 @@ def run(env: Env, request: RunRequest) -> Gen:
     if request.checkpoint_id is not None:
         yield from _travel(env, fold, request.checkpoint_id)
     alive: set[str] = (yield StoreCall("runs_alive", (env.thread_id,))) if fold.started else set()
-    recovered = rules.unfinished_tool_interrupts(spec, fold, alive, env.run_id)
+    recovered, busy = rules.unfinished_tool_interrupts(spec, fold, alive, env.run_id)
     events = rules.start_events(
-        spec, fold, request.input, recovered=recovered, reviewer=request.reviewer, metadata=request.metadata
+        spec,
+        fold,
+        request.input,
+        recovered=recovered,
+        busy=busy,
+        reviewer=request.reviewer,
+        metadata=request.metadata,
     )
     if events:
         yield Persist(events)
@@ -412,6 +418,8 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
     )
     try:
         result = yield CallTool(tool, values, request.runtime)
+    except ConfigurationError:
+        raise  # e.g. interrupt() without a checkpointer: the agent is misconfigured, not the call
     except Exception as exc:  # a failing tool is a result the model can react to
         return ToolMessage(
             f"Error: {type(exc).__name__}: {exc}",
@@ -430,7 +438,9 @@ def _interrupts(pending: Mapping[str, Any]) -> tuple[Interrupt, ...]:
 def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
     """The thread's StateSnapshot now, or at ``checkpoint_id``."""
     if checkpoint_id is not None:
-        found = yield from history(env, checkpoint_id=checkpoint_id)
+        found = []
+        if seq_of_checkpoint(checkpoint_id) is not None:
+            found = yield from history(env, checkpoint_id=checkpoint_id)
         if not found:
             raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
         return found[0]
@@ -438,12 +448,10 @@ def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
     pending = dict(fold.pending)
     if fold.started:
         alive = yield StoreCall("runs_alive", (env.thread_id,))
-        try:
-            for event in rules.unfinished_tool_interrupts(env.spec, fold, alive, None):
-                event.created_at = fold.updated_at
-                pending[event.data["id"]] = rules._record_of(event)
-        except ConflictError:
-            pass  # still running elsewhere: nothing to show yet
+        recovered, _ = rules.unfinished_tool_interrupts(env.spec, fold, alive, None)
+        for event in recovered:
+            event.created_at = fold.updated_at
+            pending[event.data["id"]] = rules.record_of(event)
     env.spec.cache.put(fold)
     return _snapshot_of(env.thread_id, fold, pending, fold.checkpoint_seq, fold.parent_checkpoint_seq)
 
@@ -526,7 +534,9 @@ def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str 
         raise ValueError(
             f"as_node must be one of the agent's steps {sorted(spec.plan.step_names)}, got {as_node!r}"
         )
-    checked = rules.coerce_update(spec, values if values is not None else {}, where="update_state values")
+    checked = rules.coerce_update(
+        spec, values if values is not None else {}, where="update_state values", fold=fold
+    )
     if checkpoint_id is not None:
         yield from _travel(env, fold, checkpoint_id)
     data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}

@@ -41,6 +41,7 @@ Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import uuid
@@ -48,11 +49,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import ConflictError, InvalidDecisionError, PendingInterruptError
-from handrail.messages import ToolMessage, coerce_messages
+from handrail.messages import AIMessage, ToolMessage, coerce_messages, merge_messages_into
 from handrail.middleware.human_in_the_loop import reject_message
 from handrail.middleware.types import ResumeContext
 from handrail.runtime.events import Event
-from handrail.runtime.fold import InterruptRecord, ThreadFold
+from handrail.runtime.fold import InterruptRecord, StartedTool, ThreadFold
 from handrail.types import Command
 
 if TYPE_CHECKING:
@@ -90,22 +91,18 @@ def _outcome_unknown_id(thread_id: str, started_seq: int) -> str:
 # Rule 9 ----------------------------------------------------------------------------
 def unfinished_tool_interrupts(
     spec: AgentSpec, fold: ThreadFold, alive: set[str], own_run: str | None
-) -> list[Event]:
+) -> tuple[list[Event], StartedTool | None]:
     """``outcome_unknown`` interrupts for tool calls left unfinished by dead runs.
 
-    Raises ConflictError when such a call belongs to a run that is still alive: that
-    run is still working on the thread.
+    Also returns a call that a run still alive is executing, if any: that run is still
+    working on the thread, and nobody else may write to it (:func:`start_events`).
     """
     events: list[Event] = []
     for started in fold.started.values():
         if started.run_id == own_run:
             continue
         if started.run_id in alive:
-            raise ConflictError(
-                f"thread {fold.thread_id!r} is being run elsewhere: run {started.run_id} is "
-                f"executing tool {started.name!r} (call {started.task})",
-                thread_id=fold.thread_id,
-            )
+            return [], started
         tool = spec.tools.get(started.name)
         if started.idempotent or (tool is not None and tool.idempotent):
             continue  # the tools step runs it again
@@ -137,7 +134,7 @@ def unfinished_tool_interrupts(
                 },
             )
         )
-    return events
+    return events, None
 
 
 def outcome_result(answer: Mapping[str, Any], record_task: str, name: str) -> ToolMessage | None:
@@ -200,6 +197,14 @@ def target_answers(fold: ThreadFold, pending: Mapping[str, InterruptRecord], res
                 thread_id=thread,
                 interrupt_ids=tuple(already),
             )
+        stale = [key for key in unknown if key in fold.superseded_ids]
+        if stale:
+            raise ConflictError(
+                f"thread {thread!r}: interrupt {', '.join(stale)} was superseded when the state was "
+                f"changed by hand; pending now: {list(pending) or 'none'}; nothing was saved",
+                thread_id=thread,
+                interrupt_ids=tuple(stale),
+            )
         if unknown:
             raise InvalidDecisionError(
                 f"thread {thread!r} has no pending interrupt {', '.join(unknown)}; pending: "
@@ -245,27 +250,49 @@ def start_events(
     run_input: Any,
     *,
     recovered: list[Event],
+    busy: StartedTool | None = None,
     reviewer: Any,
     metadata: Mapping[str, Any] | None,
 ) -> list[Event]:
     """The events that begin a run, after validating its input completely.
 
-    ``recovered`` are the rule-9 interrupts found for this thread. Raises before
-    returning when the input is refused, so nothing is saved (rule 5).
+    ``recovered`` are the rule-9 interrupts found for this thread; ``busy`` a tool call
+    another live run is executing. Raises before returning when the input is refused,
+    so nothing is saved (rule 5).
     """
+    if busy is not None:
+        named: tuple[str, ...] = ()
+        if isinstance(run_input, Command) and run_input.resume is not None:
+            with contextlib.suppress(InvalidDecisionError):
+                named = tuple(target_answers(fold, fold.pending, run_input.resume))
+        raise ConflictError(
+            f"thread {fold.thread_id!r} is being run elsewhere: run {busy.run_id} is executing "
+            f"tool {busy.name!r} (call {busy.task}); nothing was saved",
+            thread_id=fold.thread_id,
+            interrupt_ids=named,
+        )
     pending = dict(fold.pending)
     for event in recovered:
-        record = _record_of(event)
+        record = record_of(event)
         pending[record.id] = record
     if run_input is None:
         return list(recovered)
     if isinstance(run_input, Command):
         events: list[Event] = []
         if run_input.update is not None:
-            values = coerce_update(spec, run_input.update, where="Command.update")
+            values = coerce_update(spec, run_input.update, where="Command.update", fold=fold)
+            if "messages" in values and run_input.resume is not None and pending:
+                raise InvalidDecisionError(
+                    "Command(update=..., resume=...) may not change messages: the answer was given for "
+                    "the conversation as it was. Change messages with update_state (the paused step "
+                    "then asks again), or send the update without resume"
+                )
+            # Changing the conversation makes pending questions stale, as update_state does.
+            supersede = "messages" in values
             events.append(
                 Event(
-                    "update", {"values": values, "next": list(fold.next), "as_node": None, "supersede": False}
+                    "update",
+                    {"values": values, "next": list(fold.next), "as_node": None, "supersede": supersede},
                 )
             )
         events += recovered
@@ -302,8 +329,14 @@ def start_events(
     return [*recovered, Event("input", data)]
 
 
-def coerce_update(spec: AgentSpec, values: Any, *, where: str) -> dict[str, Any]:
-    """Check a state update's keys and coerce its messages."""
+def coerce_update(
+    spec: AgentSpec, values: Any, *, where: str, fold: ThreadFold | None = None
+) -> dict[str, Any]:
+    """Check a state update's keys and coerce its messages.
+
+    With ``fold``, also refuse messages that would land between an AI message and the
+    results of its tool calls: every provider rejects that order.
+    """
     if not isinstance(values, Mapping):
         raise ValueError(f"{where} must be a dict of state keys, got {type(values).__name__}")
     unknown = sorted(key for key in values if key not in spec.state_keys)
@@ -317,7 +350,30 @@ def coerce_update(spec: AgentSpec, values: Any, *, where: str) -> dict[str, Any]
             m if m.id is not None else _with_id(m)
             for m in coerce_messages(out["messages"], where=f"{where}['messages']")
         ]
+        if fold is not None:
+            _check_tool_results_follow_calls(fold, out["messages"], where)
     return out
+
+
+def _check_tool_results_follow_calls(fold: ThreadFold, update: list[Any], where: str) -> None:
+    messages = list(fold.messages)
+    merge_messages_into(messages, {m.id: i for i, m in enumerate(messages) if m.id}, update)
+    last_ai = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=None)
+    if last_ai is None:
+        return
+    ai = messages[last_ai]
+    assert isinstance(ai, AIMessage)
+    after = messages[last_ai + 1 :]
+    answered = {m.tool_call_id for m in after if isinstance(m, ToolMessage)}
+    unanswered = [tc["id"] for tc in ai.tool_calls if tc["id"] not in answered]
+    stray = [m for m in after if not isinstance(m, ToolMessage)]
+    if unanswered and stray:
+        raise ValueError(
+            f"{where} would put a {stray[0].type} message after tool calls that have no results yet "
+            f"({', '.join(str(i) for i in unanswered)}); providers refuse that order. Answer the "
+            "calls first (or add their ToolMessages in the same update), or edit the AI message "
+            "itself (same id)"
+        )
 
 
 def _with_id(message: Any) -> Any:
@@ -328,7 +384,7 @@ def _with_id(message: Any) -> Any:
     return replace(message, id=new_id())
 
 
-def _record_of(event: Event) -> InterruptRecord:
+def record_of(event: Event) -> InterruptRecord:
     data = event.data
     return InterruptRecord(
         id=data["id"],

@@ -1,0 +1,140 @@
+"""Rule 10: stored data holds no pickle and loads no type it does not know."""
+
+from __future__ import annotations
+
+import pathlib
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from _support import AgentFactory, call, config, turn
+from handrail import AIMessage, HumanMessage, ToolMessage
+from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.serde import dumps, loads
+from handrail.errors import SerializationError
+from handrail.runtime.events import decode_event
+
+SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "handrail"
+
+
+def test_no_pickle_anywhere_in_the_package() -> None:
+    for path in SRC.rglob("*.py"):
+        text = path.read_text()
+        assert "import pickle" not in text and "pickle.loads" not in text, path
+
+
+def test_messages_round_trip_exactly() -> None:
+    messages = [
+        HumanMessage("hi", id="1"),
+        AIMessage(
+            "",
+            id="2",
+            tool_calls=[{"name": "t", "args": {"x": [1, {"y": None}]}, "id": "c"}],
+            usage_metadata={"input_tokens": 3},
+        ),
+        ToolMessage("res", tool_call_id="c", status="error", id="3", name="t"),
+    ]
+    assert loads(dumps({"messages": messages})) == {"messages": messages}
+
+
+def test_datetimes_round_trip() -> None:
+    moment = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    assert loads(dumps({"at": moment})) == {"at": moment}
+
+
+def test_unknown_values_are_refused_when_saving() -> None:
+    with pytest.raises(SerializationError, match="cannot store state: a value of type set cannot be stored"):
+        dumps({"x": {1, 2}}, where="state")
+
+    class Custom:
+        pass
+
+    with pytest.raises(SerializationError, match="Custom cannot be stored"):
+        dumps([Custom()])
+
+
+def test_unknown_tags_fail_loudly_naming_thread_and_record() -> None:
+    payload = orjson.dumps({"values": {"messages": [{"__hr__": "pickle", "data": "gASV"}]}, "next": []})
+    with pytest.raises(
+        SerializationError, match=r"thread 'th', record 7: unknown stored type 'pickle'"
+    ) as caught:
+        decode_event(StoredEvent(7, "input", 0.0, payload), "th")
+    assert caught.value.thread_id == "th" and caught.value.seq == 7
+
+
+def test_damaged_message_fields_fail_loudly() -> None:
+    for fields in (
+        {"content": 5},
+        {"content": "x", "secret": 1},
+        {"content": "x", "tool_calls": [{"args": {}}]},
+    ):
+        payload = orjson.dumps({"message": {"__hr__": "ai", **fields}, "task": "c"})
+        with pytest.raises(SerializationError, match=r"thread 't', record 3: damaged 'ai' record"):
+            decode_event(StoredEvent(3, "tool_finished", 0.0, payload), "t")
+
+
+def test_unknown_event_kinds_and_missing_fields_fail_loudly() -> None:
+    with pytest.raises(SerializationError, match="unknown event kind 'exec'"):
+        decode_event(StoredEvent(1, "exec", 0.0, b"{}"), "t")
+    with pytest.raises(SerializationError, match=r"input event lacks \['values', 'next'\]"):
+        decode_event(StoredEvent(1, "input", 0.0, b"{}"), "t")
+    with pytest.raises(SerializationError, match="must hold an object"):
+        decode_event(StoredEvent(1, "input", 0.0, b"[1]"), "t")
+
+
+def _stored_log(make_agent: AgentFactory) -> list[StoredEvent]:
+    agent = make_agent([turn(call("write_file", path="a", content="b"), call("read_data", table="t"))])
+    agent.invoke({"messages": "go"}, config())
+    return agent.checkpointer.read("t1").events  # type: ignore[union-attr]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_and_truncated_records_raise_only_serialization_errors(
+    make_agent: AgentFactory, data: st.DataObject
+) -> None:
+    """A damaged record never loads as something else: it raises SerializationError naming it."""
+    events = _stored_log(make_agent)
+    victim = data.draw(st.sampled_from(events))
+    mode = data.draw(st.sampled_from(["truncate", "random", "flip"]))
+    payload = victim.payload
+    if mode == "truncate":
+        payload = payload[: data.draw(st.integers(0, max(0, len(payload) - 1)))]
+    elif mode == "random":
+        payload = data.draw(st.binary(max_size=200))
+    else:
+        position = data.draw(st.integers(0, len(payload) - 1))
+        payload = (
+            payload[:position]
+            + bytes([payload[position] ^ data.draw(st.integers(1, 255))])
+            + payload[position + 1 :]
+        )
+    damaged = StoredEvent(victim.seq, victim.kind, victim.created_at, payload)
+    try:
+        event = decode_event(damaged, "t1")
+    except SerializationError as exc:
+        assert f"record {victim.seq}" in str(exc) and "'t1'" in str(exc)
+        return
+    # It decoded: then folding it must either work or fail with SerializationError too.
+    from handrail.runtime.fold import ThreadFold
+
+    fold = ThreadFold("t1")
+    fold.head_seq = victim.seq - 1
+    try:
+        fold.apply(event)
+    except SerializationError as exc:
+        assert f"record {victim.seq}" in str(exc) or f"event {victim.seq}" in str(exc)
+
+
+def test_a_damaged_log_fails_loudly_when_the_thread_loads(make_agent: AgentFactory) -> None:
+    agent = make_agent([turn(call("write_file", path="a", content="b"))])
+    agent.invoke({"messages": "go"}, config())
+    store = agent.checkpointer
+    log = store._events["t1"]  # type: ignore[union-attr]
+    log[1] = StoredEvent(log[1].seq, log[1].kind, log[1].created_at, log[1].payload[:10])
+    agent._spec.cache.drop("t1")
+    with pytest.raises(SerializationError, match="thread 't1', record 2"):
+        agent.get_state(config())
