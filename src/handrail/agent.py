@@ -244,7 +244,9 @@ class Agent:
                     raise chunk
                 yield _format(mode, chunk, single, version)
         finally:
+            # Stop the run at its next chunk and wait, so the thread is quiet when we return.
             cancelled.set()
+            worker.join()
 
     async def astream(
         self,
