@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from datetime import UTC, datetime
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _support import AgentFactory, call, config, turn
-from handrail import AIMessage, HumanMessage, ToolMessage
+from handrail import (
+    AIMessage,
+    Command,
+    HumanInTheLoopMiddleware,
+    HumanMessage,
+    InMemorySaver,
+    ScriptedModel,
+    ToolMessage,
+    create_agent,
+    tool,
+)
 from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.serde import dumps, loads
 from handrail.errors import SerializationError
@@ -85,19 +96,41 @@ def test_unknown_event_kinds_and_missing_fields_fail_loudly() -> None:
         decode_event(StoredEvent(1, "input", 0.0, b"[1]"), "t")
 
 
-def _stored_log(make_agent: AgentFactory) -> list[StoredEvent]:
-    agent = make_agent([turn(call("write_file", path="a", content="b"), call("read_data", table="t"))])
+@functools.cache
+def _stored_log() -> list[StoredEvent]:
+    """One real log (built once, so every example damages the same records)."""
+
+    @tool
+    def write_file(path: str, content: str) -> str:
+        """Write."""
+        return "ok"
+
+    agent = create_agent(
+        ScriptedModel(
+            [
+                turn(call("write_file", path="a", content="lorem ipsum dolor sit amet " * 12)),
+                {"content": "done"},
+            ]
+        ),
+        [write_file],
+        middleware=[HumanInTheLoopMiddleware({"write_file": True})],
+        checkpointer=InMemorySaver(),
+    )
     agent.invoke({"messages": "go"}, config())
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config())
     return agent.checkpointer.read("t1").events  # type: ignore[union-attr]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_sample_log_has_compressed_and_plain_records() -> None:
+    payloads = [e.payload for e in _stored_log()]
+    assert any(p[:1] == b"\x02" for p in payloads) and any(p[:1] == b"{" for p in payloads)
+
+
+@settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_random_and_truncated_records_raise_only_serialization_errors(
-    make_agent: AgentFactory, data: st.DataObject
-) -> None:
+def test_random_and_truncated_records_raise_only_serialization_errors(data: st.DataObject) -> None:
     """A damaged record never loads as something else: it raises SerializationError naming it."""
-    events = _stored_log(make_agent)
+    events = _stored_log()
     victim = data.draw(st.sampled_from(events))
     mode = data.draw(st.sampled_from(["truncate", "random", "flip"]))
     payload = victim.payload

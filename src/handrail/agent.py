@@ -329,7 +329,8 @@ class Agent:
                 await env.store.arelease_run(env.thread_id, env.run_id)
 
     def _remember(self, env: Env) -> None:
-        if env.fold is not None and not env.broken and self._spec.store is not None:
+        # Only a reading that matches the store is worth keeping (nothing failed, nothing unsaved).
+        if env.fold is not None and not env.broken and not env.buffer and self._spec.store is not None:
             self._spec.cache.put(env.fold)
 
     def _resolve(

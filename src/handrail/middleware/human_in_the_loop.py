@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+import orjson
+
 from handrail.errors import ConfigurationError, InvalidDecisionError
 from handrail.messages import AIMessage, ToolCall, ToolMessage
 from handrail.middleware.types import (
@@ -218,6 +220,8 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
     ``"batched"`` (one interrupt per model turn) or ``"per_call"`` (one per call).
     """
 
+    pure_hooks = frozenset({"after_model"})  # deciding what to ask touches nothing outside the state
+
     def __init__(
         self,
         interrupt_on: Mapping[str, bool | InterruptOnConfig | Mapping[str, Any]],
@@ -275,7 +279,7 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             return str(policy.description(call, state, runtime))
         if isinstance(policy.description, str):
             return policy.description
-        args = json.dumps(call["args"], indent=2, ensure_ascii=False, default=str)
+        args = orjson.dumps(call["args"], option=orjson.OPT_INDENT_2, default=str).decode()
         return f"{self.description_prefix}\n\nTool: {call['name']}\nArgs: {args}"
 
     def _schema(self, policy: _Policy, name: str) -> dict[str, Any] | None:
@@ -321,7 +325,12 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             request_value["review_configs"].append(review)
         response = interrupt(request_value)
         decisions = self._check_batch(request_value, response)
-        by_call = {str(call["id"]): decision for (call, _), decision in zip(gated, decisions, strict=True)}
+        # Only what changes a call is kept: a call without an entry runs as proposed.
+        by_call = {
+            str(call["id"]): decision
+            for (call, _), decision in zip(gated, decisions, strict=True)
+            if decision["type"] != "approve"
+        }
         return {_DECISIONS_STATE_KEY: {"message_id": message.id, "by_call": by_call}}
 
     # Applying decisions, and per-call mode --------------------------------------------

@@ -140,6 +140,13 @@ class AgentMiddleware:
 
     state_schema: type | None = None
     tools: Sequence[Tool] = ()
+    pure_hooks: frozenset[str] = frozenset()
+    """Node hooks that only read state and return an update (no I/O, no side effects).
+
+    Their step is saved in the same commit as the step after it, which saves a commit
+    per step. Leave empty unless you are sure; a hook that calls ``interrupt()`` can
+    still be pure.
+    """
 
     @property
     def name(self) -> str:

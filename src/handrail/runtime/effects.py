@@ -17,7 +17,13 @@ from typing import Any
 
 import orjson
 
-from handrail.checkpoint.base import BaseCheckpointSaver, PendingReview, ThreadRecord, ThreadStatus
+from handrail.checkpoint.base import (
+    BaseCheckpointSaver,
+    PendingReview,
+    StoredEvent,
+    ThreadRecord,
+    ThreadStatus,
+)
 from handrail.checkpoint.serde import dumps
 from handrail.errors import ConflictError
 from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, new_id
@@ -58,6 +64,8 @@ class Env:
     fold: ThreadFold | None = None
     claimed: bool = False
     broken: bool = False
+    buffer: list[Event] = field(default_factory=list)
+    buffer_from: int = 0
     lock: asyncio.Lock | None = None
 
     def wants(self, mode: str) -> bool:
@@ -126,15 +134,22 @@ class StoreCall(Effect):
 
 @dataclass(slots=True)
 class Persist(Effect):
-    """Append events to the thread (and apply them to the run's fold).
+    """Add events to the thread (applying them to the run's fold at once).
+
+    Events are buffered and written in one append when ``flush`` is set. The loop
+    flushes before anything that acts on the world - a tool call, a model call, a hook
+    of middleware that is not known to be pure - and when the run stops, so every step
+    is saved before a step with effects begins (SPEC rule 7), in as few commits as
+    that allows.
 
     A ``step`` or ``update`` event whose ``next`` is None gets it computed here, after its
     values are applied, from the plan (so routing sees the state the step produced).
     """
 
     events: list[Event]
+    flush: bool = False
 
-    def _prepare(self, env: Env) -> tuple[list[Any], ThreadRecord, int]:
+    def _prepare(self, env: Env) -> None:
         if env.broken:
             raise ConflictError(
                 f"thread {env.thread_id!r}: an earlier append of this run failed; it cannot continue",
@@ -142,7 +157,8 @@ class Persist(Effect):
             )
         fold = env.fold
         assert fold is not None
-        expected = fold.head_seq
+        if not env.buffer:
+            env.buffer_from = fold.head_seq
         now = time.time()
         for event in self.events:
             event.seq = fold.head_seq + 1
@@ -159,18 +175,27 @@ class Persist(Effect):
                 fold.adopt(event.data.pop("_past"), event)
             else:
                 fold.apply(event)
-        stored = [encode_event(event, env.thread_id) for event in self.events]
+            env.buffer.append(event)
         if not fold.epoch:
             fold.epoch = new_id()
-        return stored, thread_record(fold), expected
 
-    def _claim_needed(self, env: Env) -> bool:
-        return not env.claimed and any(e.kind == "tool_started" for e in self.events)
+    def _take(self, env: Env) -> tuple[list[Event], list[StoredEvent], ThreadRecord, int] | None:
+        """Prepare, and when flushing hand back what to append (emptying the buffer)."""
+        try:
+            self._prepare(env)
+            if not self.flush or not env.buffer:
+                return None
+            events, env.buffer = env.buffer, []
+            stored = [encode_event(event, env.thread_id) for event in events]
+            assert env.fold is not None
+            return events, stored, thread_record(env.fold), env.buffer_from
+        except BaseException:
+            env.broken = True  # the fold may hold events the store will not: stop here
+            raise
 
-    def _conflict(self, env: Env, exc: ConflictError) -> ConflictError:
-        env.broken = True
+    def _conflict(self, env: Env, events: list[Event], exc: ConflictError) -> ConflictError:
         answered = tuple(
-            interrupt_id for e in self.events if e.kind == "resume" for interrupt_id in e.data["answers"]
+            interrupt_id for e in events if e.kind == "resume" for interrupt_id in e.data["answers"]
         )
         if answered:
             return ConflictError(
@@ -185,22 +210,19 @@ class Persist(Effect):
             thread_id=env.thread_id,
         )
 
-    def _prepare_or_break(self, env: Env) -> tuple[list[Any], ThreadRecord, int]:
-        try:
-            return self._prepare(env)
-        except BaseException:
-            env.broken = True  # the fold may hold events the store does not: stop here
-            raise
-
     def run_sync(self, env: Env) -> None:
-        stored, record, expected = self._prepare_or_break(env)
-        if self._claim_needed(env):
-            env.store.claim_run(env.thread_id, env.run_id)
-            env.claimed = True
+        taken = self._take(env)
+        if taken is None:
+            return
+        events, stored, record, expected = taken
         try:
+            if not env.claimed and any(e.kind == "tool_started" for e in events):
+                env.store.claim_run(env.thread_id, env.run_id)
+                env.claimed = True
             env.store.append(env.thread_id, stored, expected_seq=expected, record=record)
         except ConflictError as exc:
-            raise self._conflict(env, exc) from None
+            env.broken = True
+            raise self._conflict(env, events, exc) from None
         except BaseException:
             env.broken = True
             raise
@@ -209,17 +231,26 @@ class Persist(Effect):
         if env.lock is None:
             env.lock = asyncio.Lock()
         async with env.lock:
-            stored, record, expected = self._prepare_or_break(env)
-            if self._claim_needed(env):
-                await env.store.aclaim_run(env.thread_id, env.run_id)
-                env.claimed = True
+            taken = self._take(env)
+            if taken is None:
+                return
+            events, stored, record, expected = taken
             try:
+                if not env.claimed and any(e.kind == "tool_started" for e in events):
+                    await env.store.aclaim_run(env.thread_id, env.run_id)
+                    env.claimed = True
                 await env.store.aappend(env.thread_id, stored, expected_seq=expected, record=record)
             except ConflictError as exc:
-                raise self._conflict(env, exc) from None
+                env.broken = True
+                raise self._conflict(env, events, exc) from None
             except BaseException:
                 env.broken = True
                 raise
+
+
+def flush() -> Persist:
+    """The effect that writes whatever the run has buffered."""
+    return Persist([], flush=True)
 
 
 def _assign_message_ids(event: Event) -> None:

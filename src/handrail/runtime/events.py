@@ -8,10 +8,20 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
                   results come from the step's ``tool_finished`` events, in call order
 ``update``        state changed by hand or by ``Command(update=...)``:
                   ``{"values", "next", "as_node", "supersede"}``
-``interrupt``     a task paused: ``{"id", "step", "task", "index", "kind", "value", "source"}``
+``interrupt``     a task paused: ``{"id", "step", "value", "task"?, "index"?, "kind"?,
+                  "source"?}`` (task defaults to the step, index to 0, kind to
+                  ``"interrupt"``)
 ``resume``        answers arrived: ``{"answers": {interrupt_id: value}, "reviewer"}``
-``tool_started``  a tool began to run: ``{"task", "name", "args", "run_id", "idempotent"}``
-``tool_finished`` a tool call has its result: ``{"task", "message"}``
+``tool_started``  a tool began to run: ``{"task", "name", "args"?, "run_id",
+                  "idempotent"}``; ``args`` is left out when the call runs as proposed
+``tool_finished`` a tool call has its result: ``{"message"}`` (its ``tool_call_id``
+                  names the call)
+
+Storage adds only what each event adds (SPEC §6): nothing is written twice that the
+fold can read from an earlier event, and a payload over ``COMPRESS_OVER`` bytes is
+stored zlib-compressed against a preset dictionary of the strings events repeat
+(marked by a leading ``0x02`` byte; JSON never starts so). The dictionary is part of
+the storage format: it is never edited, only superseded by a new marker byte.
 ``branch``        time travel: the state goes back to the fold at ``{"from_seq"}``
 
 ``input``, ``step``, ``update`` and ``branch`` are checkpoints: positions a caller can
@@ -20,6 +30,7 @@ name with a ``checkpoint_id``.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,10 +49,10 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "input": ("values", "next"),
     "step": ("step", "next"),
     "update": ("values", "next"),
-    "interrupt": ("id", "step", "task", "index", "kind", "value"),
+    "interrupt": ("id", "step", "value"),
     "resume": ("answers",),
-    "tool_started": ("task", "name", "args"),
-    "tool_finished": ("task", "message"),
+    "tool_started": ("task", "name"),
+    "tool_finished": ("message",),
     "branch": ("from_seq",),
 }
 
@@ -56,9 +67,50 @@ class Event:
     created_at: float = 0.0
 
 
+COMPRESS_OVER = 160
+_ZDICT_V1_MARK = b"\x02"
+# Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
+_ZDICT_V1 = b"".join(
+    [
+        b'{"answers":{"',
+        b'{"decisions":[{"type":"approve"},{"type":"edit","edited_action":{"name":"',
+        b'{"type":"reject","message":"{"type":"respond","message":"',
+        b'{"task":"call_","name":"","run_id":"run-',
+        b'{"message":{"__hr__":"tool","content":"',
+        b'","tool_call_id":"call_',
+        b'{"step":"tools","values":null,"next":["model"]}',
+        b'{"step":"model","values":{"messages":[{"__hr__":"ai","content":"","id":"run-',
+        b'","response_metadata":{"model_name":"',
+        b'"usage_metadata":{"input_tokens":,"output_tokens":,"total_tokens":',
+        b'"tool_calls":[{"name":"',
+        b'","args":{"',
+        b'","id":"call_',
+        b'","type":"tool_call"},{"name":"',
+        b'{"id":"","step":"HumanInTheLoopMiddleware.after_model","value":',
+        b'{"action_requests":[{"name":"',
+        b'"description":"Tool execution requires approval\n\nTool: ',
+        b'\nArgs: {\n  \"',
+        b'"review_configs":[{"action_name":"',
+        b'"allowed_decisions":["approve","edit","reject","respond"]',
+        b',"args_schema":{"additionalProperties":false,"properties":{"',
+        b'":{"title":"","type":"string"},"',
+        b'"required":["',
+        b'],"type":"object"}}',
+        b',"source":"HumanInTheLoopMiddleware"}',
+        b'"values":{"_hitl_decisions":{"message_id":"run-","by_call":{',
+        b'"next":["HumanInTheLoopMiddleware.after_model"]}',
+    ]
+)
+
+
 def encode_event(event: Event, thread_id: str) -> StoredEvent:
-    """Serialise an event for the store."""
+    """Serialise an event for the store (compressing larger payloads)."""
     payload = dumps(event.data, where=f"{event.kind} event of thread {thread_id!r}")
+    if len(payload) > COMPRESS_OVER:
+        packer = zlib.compressobj(1, zdict=_ZDICT_V1)
+        packed = _ZDICT_V1_MARK + packer.compress(payload) + packer.flush()
+        if len(packed) < len(payload):
+            payload = packed
     return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
 
 
@@ -70,7 +122,20 @@ def decode_event(stored: StoredEvent, thread_id: str) -> Event:
             thread_id=thread_id,
             seq=stored.seq,
         )
-    data = loads(stored.payload, thread_id=thread_id, seq=stored.seq)
+    payload = stored.payload
+    if payload[:1] == _ZDICT_V1_MARK:
+        try:
+            unpacker = zlib.decompressobj(zdict=_ZDICT_V1)
+            payload = unpacker.decompress(payload[1:]) + unpacker.flush()
+            if not unpacker.eof:
+                raise zlib.error("the compressed data is truncated")
+        except zlib.error as exc:
+            raise SerializationError(
+                f"cannot load thread {thread_id!r}, record {stored.seq}: damaged compressed payload ({exc})",
+                thread_id=thread_id,
+                seq=stored.seq,
+            ) from None
+    data = loads(payload, thread_id=thread_id, seq=stored.seq)
     if not isinstance(data, dict):
         raise SerializationError(
             f"cannot load thread {thread_id!r}, record {stored.seq}: a {stored.kind} event "

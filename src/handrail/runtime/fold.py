@@ -245,8 +245,9 @@ class ThreadFold:
         if not isinstance(step, str):
             raise TypeError("step must be a string")
         if step == "tools":
-            order = data.get("order", [])
-            results = [self.task_results[task] for task in order]
+            # the results join the conversation in call order, whatever order they finished in
+            _, calls = pending_tool_calls(self.messages)
+            results = [self.task_results[c["id"]] for c in calls if c["id"] in self.task_results]
             if results:
                 self._apply_messages(results)
         values = data.get("values")
@@ -268,12 +269,13 @@ class ThreadFold:
             self.last_step = data["as_node"]
 
     def _apply_interrupt(self, data: dict[str, Any], event: Event) -> None:
+        step = _str(data["step"])
         record = InterruptRecord(
             id=_str(data["id"]),
-            step=_str(data["step"]),
-            task=_str(data["task"]),
-            index=int(data["index"]),
-            kind=_str(data["kind"]),
+            step=step,
+            task=_str(data.get("task", step)),
+            index=int(data.get("index", 0)),
+            kind=_str(data.get("kind", "interrupt")),
             value=data["value"],
             source=data.get("source"),
             seq=event.seq,
@@ -297,7 +299,7 @@ class ThreadFold:
 
     def _apply_tool_started(self, data: dict[str, Any], event: Event) -> None:
         task = _str(data["task"])
-        args = data["args"]
+        args = data["args"] if "args" in data else self.proposed_args(task)
         if not isinstance(args, dict):
             raise TypeError("args must be an object")
         self.started[task] = StartedTool(
@@ -309,11 +311,19 @@ class ThreadFold:
             seq=event.seq,
         )
 
+    def proposed_args(self, task: str) -> Any:
+        """The args the model proposed for call ``task`` (a start event omits them when equal)."""
+        _, calls = pending_tool_calls(self.messages)
+        for call in calls:
+            if call.get("id") == task:
+                return call.get("args")
+        raise ValueError(f"tool_started for call {task!r}, which the last AI message does not propose")
+
     def _apply_tool_finished(self, data: dict[str, Any], event: Event) -> None:
         message = data["message"]
         if not isinstance(message, ToolMessage):
             raise TypeError("a tool_finished event must hold a ToolMessage")
-        task = _str(data["task"])
+        task = _str(data.get("task", message.tool_call_id))
         self.task_results[task] = message
         self.started.pop(task, None)
 

@@ -28,6 +28,7 @@ from handrail.runtime.effects import (
     Persist,
     RunTasks,
     StoreCall,
+    flush,
     normalise_model_result,
     normalise_tool_result,
     tool_result_message,
@@ -141,6 +142,18 @@ def run(env: Env, request: RunRequest) -> Gen:
         reviewer=request.reviewer,
         metadata=request.metadata,
     )
+    try:
+        return (yield from _run_steps(env, request, fold, events))
+    finally:
+        if env.buffer and not env.broken:
+            try:
+                yield flush()  # keep what the run did, even when it stops on an error
+            except Exception:
+                pass  # the original error is the one to report
+
+
+def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Event]) -> Gen:
+    spec = env.spec
     if events:
         yield Persist(events)
         if any(e.kind == "input" for e in events):
@@ -170,6 +183,7 @@ def run(env: Env, request: RunRequest) -> Gen:
             )
         if fold.pending:
             break
+    yield flush()
     result = RunResult(fold.public_values(), _interrupts(fold.pending))
     if result.interrupts:
         env.send("updates", {"__interrupt__": result.interrupts})
@@ -238,11 +252,11 @@ def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> Gen:
                 {
                     "id": rules.new_interrupt_id(),
                     "step": step,
-                    "task": task,
-                    "index": signal.index,
-                    "kind": "interrupt",
                     "value": signal.value,
-                    "source": signal.source,
+                    # defaults left out: storage holds only what the event adds
+                    **({"task": task} if task != step else {}),
+                    **({"index": signal.index} if signal.index else {}),
+                    **({"source": signal.source} if signal.source is not None else {}),
                 },
             )
         ]
@@ -251,6 +265,8 @@ def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> Gen:
 
 def _hook_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime, step: str) -> Gen:
     hook = env.spec.plan.hooks[step]
+    if hook.hook not in hook.middleware.pure_hooks:
+        yield flush()  # a hook may act on the world: what came before must be saved first
     task = _task(env, request, fold.answers_for(step), hook.middleware.name)
     try:
         update = yield CallHook(hook.middleware, hook.hook, fold.state_view(), runtime, task)
@@ -279,6 +295,7 @@ def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         return ModelResponse(result=[message])
 
     task = _task(env, request, fold.answers_for(MODEL), None)
+    yield flush()  # tool results must be saved before the model sees them
     try:
         response = yield Chain(
             "wrap_model_call", spec.model_wrappers, model_request, innermost, task, normalise_model_result
@@ -325,13 +342,13 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
                 name=str(call.get("name") or ""),
                 status="error",
             )
-            yield Persist([Event("tool_finished", {"task": call_id, "message": message})])
+            yield Persist([Event("tool_finished", {"message": message})])
             continue
         outcome = fold.outcome_answer(call_id)
         if outcome is not None:
             result = rules.outcome_result(outcome, call_id, call["name"])
             if result is not None:
-                yield Persist([Event("tool_finished", {"task": call_id, "message": result})])
+                yield Persist([Event("tool_finished", {"message": result})])
                 continue
         tool_call = ToolCall(name=call["name"], args=call["args"], id=call_id, type="tool_call")
         tool_runtime = ToolRuntime(
@@ -354,7 +371,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     if fold.pending:
         return
     results = [fold.task_results[call_id] for call_id in order]
-    yield Persist([Event("step", {"step": TOOLS, "values": None, "next": None, "order": order})])
+    yield Persist([Event("step", {"step": TOOLS, "values": None, "next": None})])
     env.send("updates", {TOOLS: {"messages": results}})
     env.send("values", fold.public_values())
 
@@ -378,7 +395,7 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
             f"wrap_tool_call returned a ToolMessage for call {message.tool_call_id!r} while "
             f"running call {call_id!r}"
         )
-    yield Persist([Event("tool_finished", {"task": call_id, "message": message})])
+    yield Persist([Event("tool_finished", {"message": message})])
 
 
 def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
@@ -402,20 +419,14 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
             name=tool.name,
             status="error",
         )
-    yield Persist(
-        [
-            Event(
-                "tool_started",
-                {
-                    "task": call_id,
-                    "name": tool.name,
-                    "args": call["args"],
-                    "run_id": env.run_id,
-                    "idempotent": tool.idempotent,
-                },
-            )
-        ]
-    )
+    started: dict[str, Any] = {"task": call_id, "name": tool.name, "run_id": env.run_id}
+    assert env.fold is not None
+    if call["args"] != env.fold.proposed_args(call_id):
+        started["args"] = call["args"]  # an edited call: what actually runs
+    if tool.idempotent:
+        started["idempotent"] = True
+    # rule 9: the start is saved before the tool can act
+    yield Persist([Event("tool_started", started)], flush=True)
     try:
         result = yield CallTool(tool, values, request.runtime)
     except ConfigurationError:
@@ -541,7 +552,7 @@ def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str 
         yield from _travel(env, fold, checkpoint_id)
     data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}
     data["next"] = None if as_node is not None else list(fold.next)
-    yield Persist([Event("update", data)])
+    yield Persist([Event("update", data)], flush=True)
     spec.cache.put(fold)
     config: RunnableConfig = {
         "configurable": {"thread_id": env.thread_id, "checkpoint_id": checkpoint_id_of(fold.checkpoint_seq)}

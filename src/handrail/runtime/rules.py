@@ -302,7 +302,10 @@ def start_events(
                 interrupt_id: validate_answer(spec, fold, pending[interrupt_id], answer)
                 for interrupt_id, answer in answers.items()
             }
-            events.append(Event("resume", {"answers": checked, "reviewer": reviewer}))
+            resume: dict[str, Any] = {"answers": checked}
+            if reviewer is not None:
+                resume["reviewer"] = reviewer
+            events.append(Event("resume", resume))
         elif run_input.update is None:
             raise InvalidDecisionError("Command needs resume=..., update=... or both")
         return events
