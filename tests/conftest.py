@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from _support import SPEC_POLICY, AgentFactory, Ledger
 from handrail import (
     Agent,
     AgentMiddleware,
@@ -17,6 +16,8 @@ from handrail import (
     tool,
 )
 from handrail.checkpoint.base import BaseCheckpointSaver
+
+from _support import SPEC_POLICY, AgentFactory, Ledger
 
 
 @pytest.fixture

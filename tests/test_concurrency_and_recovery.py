@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, events_of, turn
 from handrail import Command, InMemorySaver, ScriptedModel, create_agent, tool
 from handrail.errors import ConflictError, InvalidDecisionError
+
+from _support import AgentFactory, Ledger, call, config, events_of, turn
 
 
 def _race(agent: Any, resume: Any, workers: int = 2) -> list[Any]:

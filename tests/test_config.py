@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import AgentFactory, call, config, turn
 from handrail import AgentMiddleware, HumanInTheLoopMiddleware, ScriptedModel, create_agent, tool
 from handrail.errors import ConfigurationError
+
+from _support import AgentFactory, call, config, turn
 
 
 def test_true_allows_all_four_decisions_and_false_never_reviews(make_agent: AgentFactory) -> None:

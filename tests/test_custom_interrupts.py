@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, events_of, turn
 from handrail import (
     AgentMiddleware,
     Command,
@@ -17,6 +16,8 @@ from handrail import (
     tool,
 )
 from handrail.errors import ConfigurationError, InvalidDecisionError
+
+from _support import AgentFactory, Ledger, call, config, events_of, turn
 
 
 def test_ask_user_tool_is_answered_by_a_bare_resume() -> None:

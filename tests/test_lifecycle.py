@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, turn
 from handrail import (
     AIMessage,
     Command,
@@ -18,6 +17,8 @@ from handrail import (
     ToolMessage,
     create_agent,
 )
+
+from _support import AgentFactory, Ledger, call, config, turn
 
 DELETE = "DELETE FROM records WHERE created_at < NOW() - INTERVAL '30 days';"
 

@@ -7,7 +7,6 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, turn
 from handrail import (
     AgentMiddleware,
     AIMessage,
@@ -18,6 +17,8 @@ from handrail import (
     ToolMessage,
     create_agent,
 )
+
+from _support import AgentFactory, Ledger, call, config, turn
 
 
 class Recorder(AgentMiddleware):

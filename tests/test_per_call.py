@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, turn
 from handrail import Command, ToolMessage
 from handrail.errors import InvalidDecisionError
+
+from _support import AgentFactory, Ledger, call, config, turn
 
 
 def _three_calls() -> list:

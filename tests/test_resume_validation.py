@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _support import AgentFactory, Ledger, call, config, events_of, turn
 from handrail import Command, ToolMessage
 from handrail.errors import ConflictError, HandrailError, InvalidDecisionError
+
+from _support import AgentFactory, Ledger, call, config, events_of, turn
 
 THREE = [
     turn(

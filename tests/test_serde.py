@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _support import AgentFactory, call, config, turn
 from handrail import (
     AIMessage,
     Command,
@@ -27,6 +26,8 @@ from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.serde import dumps, loads
 from handrail.errors import SerializationError
 from handrail.runtime.events import decode_event
+
+from _support import AgentFactory, call, config, turn
 
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "handrail"
 

@@ -7,9 +7,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, events_of, turn
 from handrail import AIMessage, Command, HumanMessage, StateSnapshot, ToolMessage
 from handrail.errors import ConfigurationError
+
+from _support import AgentFactory, Ledger, call, config, events_of, turn
 
 
 def _paused_agent(make_agent: AgentFactory):  # type: ignore[no-untyped-def]

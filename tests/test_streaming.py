@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from _support import AgentFactory, Ledger, call, config, turn
 from handrail import AIMessageChunk, Command, Interrupt, get_stream_writer, tool
+
+from _support import AgentFactory, Ledger, call, config, turn
 
 
 def _agent(make_agent: AgentFactory) -> Any:
