@@ -27,7 +27,7 @@ from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
-from handrail.runtime import loop
+from handrail.runtime import loop, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
@@ -384,13 +384,15 @@ class Agent:
         ``interrupts`` holds only the pending interrupts; ``next`` the steps due.
         """
         env, configurable = self._reader(config)
-        result: StateSnapshot = drive_sync(loop.snapshot(env, configurable.get("checkpoint_id")), env)
+        result: StateSnapshot = drive_sync(reading.snapshot(env, configurable.get("checkpoint_id")), env)
         return result
 
     async def aget_state(self, config: RunnableConfig) -> StateSnapshot:
         """Async :meth:`get_state`."""
         env, configurable = self._reader(config)
-        result: StateSnapshot = await drive_async(loop.snapshot(env, configurable.get("checkpoint_id")), env)
+        result: StateSnapshot = await drive_async(
+            reading.snapshot(env, configurable.get("checkpoint_id")), env
+        )
         return result
 
     def get_state_history(
@@ -398,14 +400,14 @@ class Agent:
     ) -> Iterator[StateSnapshot]:
         """Every checkpoint of the thread, newest first."""
         env, _ = self._reader(config)
-        yield from drive_sync(loop.history(env, before=_checkpoint_of(before), limit=limit), env)
+        yield from drive_sync(reading.history(env, before=_checkpoint_of(before), limit=limit), env)
 
     async def aget_state_history(
         self, config: RunnableConfig, *, before: RunnableConfig | None = None, limit: int | None = None
     ) -> AsyncIterator[StateSnapshot]:
         """Async :meth:`get_state_history`."""
         env, _ = self._reader(config)
-        for item in await drive_async(loop.history(env, before=_checkpoint_of(before), limit=limit), env):
+        for item in await drive_async(reading.history(env, before=_checkpoint_of(before), limit=limit), env):
             yield item
 
     def update_state(

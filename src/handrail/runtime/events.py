@@ -89,7 +89,7 @@ _ZDICT_V1 = b"".join(
         b'{"id":"","step":"HumanInTheLoopMiddleware.after_model","value":',
         b'{"action_requests":[{"name":"',
         b'"description":"Tool execution requires approval\n\nTool: ',
-        b'\nArgs: {\n  \"',
+        b'\nArgs: {\n  "',
         b'"review_configs":[{"action_name":"',
         b'"allowed_decisions":["approve","edit","reject","respond"]',
         b',"args_schema":{"additionalProperties":false,"properties":{"',

@@ -1,16 +1,15 @@
 """The run loop, written once for sync and async (see ``effects.py`` for the drivers).
 
-:func:`run` reads the thread, lets ``rules.py`` turn the input into events, and runs the
-due steps until the thread pauses or finishes. Each step's events are appended before
-the next step begins (SPEC rule 7). The readers (:func:`snapshot`, :func:`history`,
-:func:`update_state`) live here too, since they share the loading code.
+:func:`run` reads the thread (``reading.py``), lets ``rules.py`` turn the input into
+events, and runs the due steps until the thread pauses or finishes. Each step's events
+are saved before a step with effects begins (SPEC rule 7). :func:`update_state`, the
+other writer, lives here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from handrail.errors import ConfigurationError
@@ -33,14 +32,14 @@ from handrail.runtime.effects import (
     normalise_tool_result,
     tool_result_message,
 )
-from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
+from handrail.runtime.events import Event
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, pending_tool_calls, seq_of_checkpoint
 from handrail.runtime.plan import MODEL, TOOLS
-from handrail.runtime.spec import AgentSpec
+from handrail.runtime.reading import interrupts_of, load
 from handrail.tools import ToolArgumentsError
-from handrail.types import Interrupt, RunnableConfig, StateSnapshot
+from handrail.types import Interrupt, RunnableConfig
 
-__all__ = ["RunRequest", "RunResult", "history", "run", "snapshot", "update_state"]
+__all__ = ["RunRequest", "RunResult", "run", "update_state"]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -67,48 +66,7 @@ class RunResult:
     interrupts: tuple[Interrupt, ...]
 
 
-# Loading -----------------------------------------------------------------------------------
-def load(env: Env, upto_seq: int | None = None) -> Generator[Effect, Any, ThreadFold]:
-    """Read the thread once: only the new events when a recent reading is cached."""
-    spec, thread_id = env.spec, env.thread_id
-    cached = spec.cache.get(thread_id) if upto_seq is None else None
-    if cached is not None:
-        read = yield StoreCall("read", (thread_id,), {"after_seq": cached.head_seq})
-        if (
-            read.record is not None
-            and read.record.epoch == cached.epoch
-            and read.record.head_seq == cached.head_seq + len(read.events)
-            and all(e.kind != "branch" for e in read.events)
-        ):
-            fold = cached.copy()
-            for stored in read.events:
-                fold.apply(decode_event(stored, thread_id))
-            return fold
-    read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
-    events = [decode_event(stored, thread_id) for stored in read.events]
-    fold = fold_events(spec, thread_id, events)
-    fold.epoch = read.record.epoch if read.record is not None else ""
-    return fold
-
-
-def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:
-    """Fold a whole log (``branch`` events refold the prefix they go back to)."""
-    fold = ThreadFold(thread_id, spec.reducers)
-    for event in events:
-        if event.kind == "branch":
-            fold.adopt(fold_events(spec, thread_id, events[: _branch_seq(event)]), event)
-        else:
-            fold.apply(event)
-    return fold
-
-
-def _branch_seq(event: Event) -> int:
-    seq = event.data["from_seq"]
-    if not isinstance(seq, int) or not 0 < seq < event.seq:
-        raise ValueError(f"branch event {event.seq} points at {seq!r}")
-    return seq
-
-
+# Time travel ---------------------------------------------------------------------------------
 def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
     """Continue from an earlier checkpoint: append a ``branch`` event back to it."""
     seq = seq_of_checkpoint(checkpoint_id)
@@ -184,7 +142,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         if fold.pending:
             break
     yield flush()
-    result = RunResult(fold.public_values(), _interrupts(fold.pending))
+    result = RunResult(fold.public_values(), interrupts_of(fold.pending))
     if result.interrupts:
         env.send("updates", {"__interrupt__": result.interrupts})
         env.send("values", (result.values, result.interrupts))
@@ -439,101 +397,6 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
             status="error",
         )
     return tool_result_message(result, call_id, tool.name)
-
-
-def _interrupts(pending: Mapping[str, Any]) -> tuple[Interrupt, ...]:
-    return tuple(Interrupt(value=record.value, id=record.id) for record in pending.values())
-
-
-# Reading -----------------------------------------------------------------------------------
-def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
-    """The thread's StateSnapshot now, or at ``checkpoint_id``."""
-    if checkpoint_id is not None:
-        found = []
-        if seq_of_checkpoint(checkpoint_id) is not None:
-            found = yield from history(env, checkpoint_id=checkpoint_id)
-        if not found:
-            raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
-        return found[0]
-    fold = yield from load(env)
-    pending = dict(fold.pending)
-    if fold.started:
-        alive = yield StoreCall("runs_alive", (env.thread_id,))
-        recovered, _ = rules.unfinished_tool_interrupts(env.spec, fold, alive, None)
-        for event in recovered:
-            event.created_at = fold.updated_at
-            pending[event.data["id"]] = rules.record_of(event)
-    env.spec.cache.put(fold)
-    return _snapshot_of(env.thread_id, fold, pending, fold.checkpoint_seq, fold.parent_checkpoint_seq)
-
-
-def history(
-    env: Env,
-    *,
-    checkpoint_id: str | None = None,
-    before: str | None = None,
-    limit: int | None = None,
-) -> Gen:
-    """Snapshots at every checkpoint, newest first (or only ``checkpoint_id``)."""
-    read = yield StoreCall("read", (env.thread_id,), {})
-    events = [decode_event(stored, env.thread_id) for stored in read.events]
-    wanted = seq_of_checkpoint(checkpoint_id) if checkpoint_id is not None else None
-    before_seq = seq_of_checkpoint(before) if before is not None else None
-    found: list[StateSnapshot] = []
-    fold = ThreadFold(env.thread_id, env.spec.reducers)
-
-    def capture() -> None:
-        current = fold.checkpoint_seq
-        if not current:
-            return
-        if (wanted is None or current == wanted) and (before_seq is None or current < before_seq):
-            found.append(
-                _snapshot_of(env.thread_id, fold, dict(fold.pending), current, fold.parent_checkpoint_seq)
-            )
-
-    for event in events:
-        if event.kind in CHECKPOINT_KINDS:
-            capture()
-        if event.kind == "branch":
-            fold.adopt(fold_events(env.spec, env.thread_id, events[: _branch_seq(event)]), event)
-        else:
-            fold.apply(event)
-    capture()
-    found.reverse()
-    return found[:limit] if limit is not None else found
-
-
-def _snapshot_of(
-    thread_id: str, fold: ThreadFold, pending: Mapping[str, Any], seq: int, parent: int | None
-) -> StateSnapshot:
-    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    if seq:
-        config["configurable"]["checkpoint_id"] = checkpoint_id_of(seq)
-    parent_config: RunnableConfig | None = (
-        {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id_of(parent)}}
-        if parent
-        else None
-    )
-    source = {"input": "input", "step": "loop", "update": "update", "branch": "fork"}.get(
-        fold.checkpoint_kind, ""
-    )
-    metadata: dict[str, Any] = {
-        "source": source,
-        "step": fold.checkpoint_count - 1,
-        "thread_id": thread_id,
-        **({"writes": fold.checkpoint_writes} if fold.checkpoint_writes is not None else {}),
-    }
-    if fold.metadata:
-        metadata["thread_metadata"] = dict(fold.metadata)
-    return StateSnapshot(
-        values=fold.public_values(),
-        next=fold.next,
-        config=config,
-        metadata=metadata,
-        created_at=datetime.fromtimestamp(fold.checkpoint_at, UTC).isoformat() if seq else None,
-        parent_config=parent_config,
-        interrupts=_interrupts(pending),
-    )
 
 
 def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str | None) -> Gen:

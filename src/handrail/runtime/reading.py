@@ -1,0 +1,159 @@
+"""Reading a thread: loading its log into a fold, snapshots and history.
+
+A thread is read once per run: the log from the store, or only the events after a
+recent reading kept in the agent's cache (SPEC §6: the cost of a resume does not grow
+with the number of past checkpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from handrail.runtime import rules
+from handrail.runtime.effects import Effect, Env, StoreCall
+from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
+from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime.spec import AgentSpec
+from handrail.types import Interrupt, RunnableConfig, StateSnapshot
+
+__all__ = ["fold_events", "history", "interrupts_of", "load", "snapshot"]
+
+Gen = Generator[Effect, Any, Any]
+
+
+def load(env: Env, upto_seq: int | None = None) -> Generator[Effect, Any, ThreadFold]:
+    """Read the thread once: only the new events when a recent reading is cached."""
+    spec, thread_id = env.spec, env.thread_id
+    cached = spec.cache.get(thread_id) if upto_seq is None else None
+    if cached is not None:
+        read = yield StoreCall("read", (thread_id,), {"after_seq": cached.head_seq})
+        if (
+            read.record is not None
+            and read.record.epoch == cached.epoch
+            and read.record.head_seq == cached.head_seq + len(read.events)
+            and all(e.kind != "branch" for e in read.events)
+        ):
+            fold = cached.copy()
+            for stored in read.events:
+                fold.apply(decode_event(stored, thread_id))
+            return fold
+    read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
+    events = [decode_event(stored, thread_id) for stored in read.events]
+    fold = fold_events(spec, thread_id, events)
+    fold.epoch = read.record.epoch if read.record is not None else ""
+    return fold
+
+
+def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:
+    """Fold a whole log (``branch`` events refold the prefix they go back to)."""
+    fold = ThreadFold(thread_id, spec.reducers)
+    for event in events:
+        if event.kind == "branch":
+            fold.adopt(fold_events(spec, thread_id, events[: branch_seq(event)]), event)
+        else:
+            fold.apply(event)
+    return fold
+
+
+def branch_seq(event: Event) -> int:
+    seq = event.data["from_seq"]
+    if not isinstance(seq, int) or not 0 < seq < event.seq:
+        raise ValueError(f"branch event {event.seq} points at {seq!r}")
+    return seq
+
+
+def interrupts_of(pending: Mapping[str, Any]) -> tuple[Interrupt, ...]:
+    """The public Interrupt objects for pending interrupt records, in the order raised."""
+    return tuple(Interrupt(value=record.value, id=record.id) for record in pending.values())
+
+
+def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
+    """The thread's StateSnapshot now, or at ``checkpoint_id``."""
+    if checkpoint_id is not None:
+        found = []
+        if seq_of_checkpoint(checkpoint_id) is not None:
+            found = yield from history(env, checkpoint_id=checkpoint_id)
+        if not found:
+            raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+        return found[0]
+    fold = yield from load(env)
+    pending = dict(fold.pending)
+    if fold.started:
+        alive = yield StoreCall("runs_alive", (env.thread_id,))
+        recovered, _ = rules.unfinished_tool_interrupts(env.spec, fold, alive, None)
+        for event in recovered:
+            event.created_at = fold.updated_at
+            pending[event.data["id"]] = rules.record_of(event)
+    env.spec.cache.put(fold)
+    return _snapshot_of(env.thread_id, fold, pending, fold.checkpoint_seq, fold.parent_checkpoint_seq)
+
+
+def history(
+    env: Env,
+    *,
+    checkpoint_id: str | None = None,
+    before: str | None = None,
+    limit: int | None = None,
+) -> Gen:
+    """Snapshots at every checkpoint, newest first (or only ``checkpoint_id``)."""
+    read = yield StoreCall("read", (env.thread_id,), {})
+    events = [decode_event(stored, env.thread_id) for stored in read.events]
+    wanted = seq_of_checkpoint(checkpoint_id) if checkpoint_id is not None else None
+    before_seq = seq_of_checkpoint(before) if before is not None else None
+    found: list[StateSnapshot] = []
+    fold = ThreadFold(env.thread_id, env.spec.reducers)
+
+    def capture() -> None:
+        current = fold.checkpoint_seq
+        if not current:
+            return
+        if (wanted is None or current == wanted) and (before_seq is None or current < before_seq):
+            found.append(
+                _snapshot_of(env.thread_id, fold, dict(fold.pending), current, fold.parent_checkpoint_seq)
+            )
+
+    for event in events:
+        if event.kind in CHECKPOINT_KINDS:
+            capture()
+        if event.kind == "branch":
+            fold.adopt(fold_events(env.spec, env.thread_id, events[: branch_seq(event)]), event)
+        else:
+            fold.apply(event)
+    capture()
+    found.reverse()
+    return found[:limit] if limit is not None else found
+
+
+def _snapshot_of(
+    thread_id: str, fold: ThreadFold, pending: Mapping[str, Any], seq: int, parent: int | None
+) -> StateSnapshot:
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    if seq:
+        config["configurable"]["checkpoint_id"] = checkpoint_id_of(seq)
+    parent_config: RunnableConfig | None = (
+        {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id_of(parent)}}
+        if parent
+        else None
+    )
+    source = {"input": "input", "step": "loop", "update": "update", "branch": "fork"}.get(
+        fold.checkpoint_kind, ""
+    )
+    metadata: dict[str, Any] = {
+        "source": source,
+        "step": fold.checkpoint_count - 1,
+        "thread_id": thread_id,
+        **({"writes": fold.checkpoint_writes} if fold.checkpoint_writes is not None else {}),
+    }
+    if fold.metadata:
+        metadata["thread_metadata"] = dict(fold.metadata)
+    return StateSnapshot(
+        values=fold.public_values(),
+        next=fold.next,
+        config=config,
+        metadata=metadata,
+        created_at=datetime.fromtimestamp(fold.checkpoint_at, UTC).isoformat() if seq else None,
+        parent_config=parent_config,
+        interrupts=interrupts_of(pending),
+    )
