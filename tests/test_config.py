@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from handrail import AgentMiddleware, HumanInTheLoopMiddleware, ScriptedModel, create_agent, tool
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, InvalidInputError
 
 from _support import AgentFactory, call, config, turn
 
@@ -173,8 +173,9 @@ def test_bad_input_is_refused_and_saves_nothing(make_agent: AgentFactory) -> Non
         ({"messages": [("user", "ok"), object()]}, r"input\['messages'\]\[1\] must be a message object"),
         ({"msgs": []}, r"unknown state key\(s\) \['msgs'\]"),
     ):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(InvalidInputError, match=message) as caught:
             agent.invoke(bad, config())
+        assert isinstance(caught.value, ValueError)
     assert agent.checkpointer.get_thread("t1") is None  # type: ignore[union-attr]
 
 

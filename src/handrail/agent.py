@@ -22,7 +22,7 @@ import orjson
 from handrail.checkpoint.base import BaseCheckpointSaver, PendingFilter, ThreadFilter, ThreadRecord
 from handrail.checkpoint.memory import InMemorySaver
 from handrail.checkpoint.serde import loads
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, InvalidInputError
 from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
@@ -525,17 +525,17 @@ class _StreamClosed(BaseException):
 
 def _check_version(version: str) -> None:
     if version not in ("v1", "v2"):
-        raise ValueError(f"version must be 'v1' or 'v2', got {version!r}")
+        raise InvalidInputError(f"version must be 'v1' or 'v2', got {version!r}")
 
 
 def _parse_modes(stream_mode: Any) -> tuple[frozenset[str], bool]:
     single = isinstance(stream_mode, str)
     modes = [stream_mode] if single else list(stream_mode)
     if not modes:
-        raise ValueError(f"stream_mode needs at least one of {list(STREAM_MODES)}")
+        raise InvalidInputError(f"stream_mode needs at least one of {list(STREAM_MODES)}")
     for mode in modes:
         if mode not in STREAM_MODES:
-            raise ValueError(f"unknown stream_mode {mode!r}; expected one of {list(STREAM_MODES)}")
+            raise InvalidInputError(f"unknown stream_mode {mode!r}; expected one of {list(STREAM_MODES)}")
     return frozenset(modes), single and len(modes) == 1
 
 
@@ -597,17 +597,17 @@ def _pending_filter(
     cursor: str | None,
 ) -> PendingFilter:
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
-        raise ValueError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
     seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
     if seconds is not None and (not isinstance(seconds, (int, float)) or seconds < 0):
-        raise ValueError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+        raise InvalidInputError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
     after = None
     if cursor is not None:
         try:
             created, thread, interrupt_id = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
             after = (float(created), str(thread), str(interrupt_id))
         except Exception:
-            raise ValueError(f"cursor {cursor!r} is not one list_interrupts returned") from None
+            raise InvalidInputError(f"cursor {cursor!r} is not one list_interrupts returned") from None
     return PendingFilter(
         tool=tool,
         thread_id=thread_id,

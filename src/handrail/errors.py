@@ -21,6 +21,7 @@ __all__ = [
     "ConflictError",
     "HandrailError",
     "InvalidDecisionError",
+    "InvalidInputError",
     "PendingInterruptError",
     "SerializationError",
 ]
@@ -43,6 +44,14 @@ class InvalidDecisionError(HandrailError, ValueError):
     """A resume (``Command(resume=...)``) was refused before anything was saved.
 
     The thread is unchanged and the same interrupt can be answered again (SPEC rule 5).
+    """
+
+
+class InvalidInputError(HandrailError, ValueError):
+    """Input, a state update or a call argument was malformed; nothing was saved.
+
+    The message says what was wrong and what was expected, e.g. an unknown state key,
+    a message without a role, an unknown stream mode or checkpoint id.
     """
 
 

@@ -12,7 +12,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.runtime import rules
@@ -73,10 +73,10 @@ def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
     if seq == fold.checkpoint_seq:
         return fold  # the latest checkpoint: nothing to travel
     if seq is None or seq > fold.head_seq:
-        raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+        raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
     past = yield from load(env, upto_seq=seq)
     if past.checkpoint_seq != seq:
-        raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+        raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
     yield Persist([Event("branch", {"from_seq": seq, "_past": past})])
     return fold
 
@@ -186,13 +186,13 @@ def _finish_step(
             from handrail.runtime.plan import JUMP_TARGETS
 
             if jump not in JUMP_TARGETS:
-                raise ValueError(
+                raise InvalidInputError(
                     f"step {step!r} returned jump_to={jump!r}; expected one of {list(JUMP_TARGETS)}"
                 )
             data["jump_to"] = jump
         unknown = sorted(k for k in values if k not in env.spec.state_keys)
         if unknown:
-            raise ValueError(
+            raise InvalidInputError(
                 f"step {step!r} returned unknown state key(s) {unknown}; declare them in a "
                 "middleware's state_schema"
             )
@@ -349,7 +349,7 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
         yield from _pause(env, TOOLS, call_id, signal)
         return
     if message.tool_call_id != call_id:
-        raise ValueError(
+        raise InvalidInputError(
             f"wrap_tool_call returned a ToolMessage for call {message.tool_call_id!r} while "
             f"running call {call_id!r}"
         )
@@ -405,7 +405,7 @@ def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str 
     fold = yield from load(env)
     env.fold = fold
     if as_node is not None and as_node not in spec.plan.step_names:
-        raise ValueError(
+        raise InvalidInputError(
             f"as_node must be one of the agent's steps {sorted(spec.plan.step_names)}, got {as_node!r}"
         )
     checked = rules.coerce_update(

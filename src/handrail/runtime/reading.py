@@ -11,6 +11,7 @@ from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from handrail.errors import InvalidInputError
 from handrail.runtime import rules
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
@@ -76,7 +77,7 @@ def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
         if seq_of_checkpoint(checkpoint_id) is not None:
             found = yield from history(env, checkpoint_id=checkpoint_id)
         if not found:
-            raise ValueError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+            raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
         return found[0]
     fold = yield from load(env)
     pending = dict(fold.pending)

@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from handrail.errors import ConflictError, InvalidDecisionError, PendingInterruptError
+from handrail.errors import ConflictError, InvalidDecisionError, InvalidInputError, PendingInterruptError
 from handrail.messages import AIMessage, ToolMessage, coerce_messages, merge_messages_into
 from handrail.middleware.human_in_the_loop import reject_message
 from handrail.middleware.types import ResumeContext
@@ -321,7 +321,7 @@ def start_events(
             "continue it with invoke(None, config) before sending new input"
         )
     if not isinstance(run_input, Mapping):
-        raise ValueError(
+        raise InvalidInputError(
             "input must be a dict like {'messages': [...]}, a Command, or None to continue; "
             f"got {type(run_input).__name__}"
         )
@@ -341,18 +341,19 @@ def coerce_update(
     results of its tool calls: every provider rejects that order.
     """
     if not isinstance(values, Mapping):
-        raise ValueError(f"{where} must be a dict of state keys, got {type(values).__name__}")
+        raise InvalidInputError(f"{where} must be a dict of state keys, got {type(values).__name__}")
     unknown = sorted(key for key in values if key not in spec.state_keys)
     if unknown:
-        raise ValueError(
+        raise InvalidInputError(
             f"{where} has unknown state key(s) {unknown}; the agent's state has {sorted(spec.state_keys)}"
         )
     out = dict(values)
     if "messages" in out:
-        out["messages"] = [
-            m if m.id is not None else _with_id(m)
-            for m in coerce_messages(out["messages"], where=f"{where}['messages']")
-        ]
+        try:
+            coerced = coerce_messages(out["messages"], where=f"{where}['messages']")
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+        out["messages"] = [m if m.id is not None else _with_id(m) for m in coerced]
         if fold is not None:
             _check_tool_results_follow_calls(fold, out["messages"], where)
     return out
@@ -371,7 +372,7 @@ def _check_tool_results_follow_calls(fold: ThreadFold, update: list[Any], where:
     unanswered = [tc["id"] for tc in ai.tool_calls if tc["id"] not in answered]
     stray = [m for m in after if not isinstance(m, ToolMessage)]
     if unanswered and stray:
-        raise ValueError(
+        raise InvalidInputError(
             f"{where} would put a {stray[0].type} message after tool calls that have no results yet "
             f"({', '.join(str(i) for i in unanswered)}); providers refuse that order. Answer the "
             "calls first (or add their ToolMessages in the same update), or edit the AI message "
