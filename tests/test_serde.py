@@ -172,3 +172,13 @@ def test_a_damaged_log_fails_loudly_when_the_thread_loads(make_agent: AgentFacto
     agent._spec.cache.drop("t1")
     with pytest.raises(SerializationError, match="thread 't1', record 2"):
         agent.get_state(config())
+
+
+def test_the_compression_dictionary_of_format_v1_never_changes() -> None:
+    """Stored records depend on it byte for byte: a new dictionary needs a new marker byte."""
+    import hashlib
+
+    from handrail.runtime.events import _ZDICT_V1
+
+    digest = hashlib.sha256(_ZDICT_V1).hexdigest()
+    assert digest == "3b2327779d3ee024024f8431052eaab64495cbc34ace4519a39510b5db792667"
