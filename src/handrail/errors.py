@@ -44,7 +44,16 @@ class InvalidDecisionError(HandrailError, ValueError):
     """A resume (``Command(resume=...)``) was refused before anything was saved.
 
     The thread is unchanged and the same interrupt can be answered again (SPEC rule 5).
+    ``interrupt_id`` names the interrupt whose answer was refused and
+    ``decision_index`` (0-based) the decision within a batch, when the fault is in one.
     """
+
+    def __init__(
+        self, message: str, *, interrupt_id: str | None = None, decision_index: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.interrupt_id = interrupt_id
+        self.decision_index = decision_index
 
 
 class InvalidInputError(HandrailError, ValueError):

@@ -422,19 +422,24 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
                 f"expected {expected} decision{'s' if expected != 1 else ''} (one per action "
                 f"request, in order), got {len(decisions)}"
             )
-        return [
-            self._check_decision(
-                decision,
-                f"decision {i} of {expected}",
-                action["name"],
-                action["tool_call_id"],
-                list(review["allowed_decisions"]),
-            )
-            for i, (decision, action, review) in enumerate(
-                zip(decisions, request["action_requests"], request["review_configs"], strict=True),
-                start=1,
-            )
-        ]
+        checked: list[Decision] = []
+        for i, (decision, action, review) in enumerate(
+            zip(decisions, request["action_requests"], request["review_configs"], strict=True)
+        ):
+            try:
+                checked.append(
+                    self._check_decision(
+                        decision,
+                        f"decision {i + 1} of {expected}",
+                        action["name"],
+                        action["tool_call_id"],
+                        list(review["allowed_decisions"]),
+                    )
+                )
+            except InvalidDecisionError as exc:
+                exc.decision_index = i
+                raise
+        return checked
 
     def _check_single(self, request: ToolApprovalRequest, response: Any) -> Decision:
         if isinstance(response, Mapping) and "decisions" in response and "type" not in response:

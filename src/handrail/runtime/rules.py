@@ -237,10 +237,13 @@ def validate_answer(spec: AgentSpec, fold: ThreadFold, record: InterruptRecord, 
         return owner.validate_resume(record.value, answer, context)
     except InvalidDecisionError as exc:
         if len(fold.pending) > 1:
-            raise InvalidDecisionError(f"interrupt {record.id}: {exc}") from None
+            raise InvalidDecisionError(
+                f"interrupt {record.id}: {exc}", interrupt_id=record.id, decision_index=exc.decision_index
+            ) from None
+        exc.interrupt_id = record.id
         raise
     except ValueError as exc:
-        raise InvalidDecisionError(f"interrupt {record.id}: {exc}") from None
+        raise InvalidDecisionError(f"interrupt {record.id}: {exc}", interrupt_id=record.id) from None
 
 
 # The start of a run ----------------------------------------------------------------
