@@ -168,6 +168,8 @@ def test_the_issue_example_error_text(make_agent: AgentFactory) -> None:
         type(caught.value).__module__ + "." + type(caught.value).__name__
         == "handrail.errors.InvalidDecisionError"
     )
+    assert caught.value.decision_index == 2  # so a reviewing tool can point at the faulty one
+    assert caught.value.interrupt_id == agent.get_state(config()).interrupts[0].id
 
 
 def test_unknown_interrupt_id_is_refused(make_agent: AgentFactory) -> None:
