@@ -13,10 +13,32 @@ from typing import Any
 
 from handrail.errors import ConfigurationError
 from handrail.models.base import ChatModel, ToolSpec, accumulate_chunks
+from handrail.models.errors import (
+    MissingAPIKeyError,
+    ModelAuthenticationError,
+    ModelConnectionError,
+    ModelContextLengthError,
+    ModelError,
+    ModelRateLimitError,
+    ModelRequestError,
+    ModelResponseError,
+    ModelServerError,
+    ModelTimeoutError,
+)
 from handrail.models.scripted import ScriptedModel, ScriptExhaustedError
 
 __all__ = [
     "ChatModel",
+    "MissingAPIKeyError",
+    "ModelAuthenticationError",
+    "ModelConnectionError",
+    "ModelContextLengthError",
+    "ModelError",
+    "ModelRateLimitError",
+    "ModelRequestError",
+    "ModelResponseError",
+    "ModelServerError",
+    "ModelTimeoutError",
     "ScriptExhaustedError",
     "ScriptedModel",
     "ToolSpec",
