@@ -141,6 +141,10 @@ def _coerce_model(model: Any) -> ChatModel:
         result = adapter()
         if isinstance(result, ChatModel):
             return result
+    if callable(getattr(model, "bind_tools", None)) and callable(getattr(model, "invoke", None)):
+        from handrail.models.langchain import from_langchain_model  # a LangChain chat model
+
+        return from_langchain_model(model)
     raise ConfigurationError(
         f"model must be a ChatModel or a 'provider:model' string, got {type(model).__name__}"
     )

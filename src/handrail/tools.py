@@ -218,6 +218,14 @@ def coerce_tool(value: Any) -> Tool:
             return result
     if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isbuiltin(value):
         return Tool(value)
+    if (
+        isinstance(getattr(value, "name", None), str)
+        and hasattr(value, "args_schema")
+        and callable(getattr(value, "invoke", None))
+    ):
+        from handrail.models.langchain import from_langchain_tool  # a LangChain tool
+
+        return from_langchain_tool(value)
     raise TypeError(f"cannot use {value!r} as a tool: pass a function, an @tool function or a handrail Tool")
 
 

@@ -510,3 +510,14 @@ async def test_reviewed_run_through_the_adapters_async(how: str) -> None:
     outcome = await run_async(agent, how)
     check_outcome(outcome, ran)
     check_fake_saw_the_review(fake)
+
+
+def test_create_agent_accepts_langchain_objects_directly() -> None:
+    """Users bring what they have: no explicit wrapping needed."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+    write_file = make_tools(ran)[0]
+    fake = FakeChatModel(scripted_answers(False))
+    agent = reviewed_agent(fake, [write_file, FakeReadData(ran)])
+    assert agent.model.provider == from_langchain_model(fake).provider
+    outcome = run_sync(agent, "invoke")
+    check_outcome(outcome, ran)
