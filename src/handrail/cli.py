@@ -5,7 +5,9 @@ Subcommands:
 ``handrail demo``
     A scripted agent (no API key needed) wants to write a file, run a ``DELETE`` and read
     data; you review its risky calls in the terminal. ``--yes`` approves everything,
-    ``--workdir DIR`` chooses where its files and database go.
+    ``--workdir DIR`` chooses where its files and database go, ``--model provider:name``
+    (with ``--base-url URL`` for a local OpenAI-compatible server) lets a real model
+    drive the same tools.
 
 A mistake on the command line ends with one line on stderr and a non-zero exit code,
 Ctrl-C with a short message and exit code 130.
@@ -25,6 +27,7 @@ from rich.markup import escape
 
 from handrail import __version__
 from handrail.errors import HandrailError
+from handrail.models.base import ChatModel
 
 __all__ = ["main"]
 
@@ -68,6 +71,17 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where the demo writes its files and database (default: a new temporary directory)",
     )
+    demo.add_argument(
+        "--model",
+        metavar="PROVIDER:NAME",
+        help="let a real model drive the agent, e.g. openai:gpt-4o-mini or anthropic:claude-sonnet-4-5 "
+        "(needs its API key; default: the scripted model)",
+    )
+    demo.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
+    )
     return parser
 
 
@@ -105,6 +119,7 @@ def _demo(args: argparse.Namespace) -> int:
     workdir: Path | None = args.workdir
     if workdir is not None and workdir.exists() and not workdir.is_dir():
         raise UsageError(f"--workdir {str(workdir)!r} is not a directory")
+    model = _demo_model(args.model, args.base_url)
     console = Console(highlight=False)
     auto_approve = bool(args.yes)
     if not auto_approve and not sys.stdin.isatty():
@@ -114,8 +129,26 @@ def _demo(args: argparse.Namespace) -> int:
     def ask(prompt: str) -> str:
         return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
 
-    run_demo(console, ask, workdir=workdir, auto_approve=auto_approve)
+    if model is not None:
+        console.print(f"Model: [cyan]{escape(args.model)}[/] (a real model may not follow the script)")
+    run_demo(console, ask, workdir=workdir, auto_approve=auto_approve, model=model)
     return EXIT_OK
+
+
+def _demo_model(name: str | None, base_url: str | None) -> ChatModel | None:
+    """The model for ``--model``, checked before anything runs (a missing key is said up front)."""
+    if name is None:
+        if base_url is not None:
+            raise UsageError("--base-url needs --model, e.g. --model openai:qwen3:8b")
+        return None
+    from handrail.models import init_chat_model
+
+    options = {"base_url": base_url} if base_url else {}
+    model = init_chat_model(name, **options)
+    check = getattr(model, "check_credentials", None)
+    if callable(check):
+        check()
+    return model
 
 
 if __name__ == "__main__":  # pragma: no cover

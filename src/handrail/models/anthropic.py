@@ -144,6 +144,10 @@ class AnthropicChatModel(ChatModel):
             options["timeout"] = self.timeout
         return options
 
+    def check_credentials(self) -> None:
+        """Raise :class:`MissingAPIKeyError` now if no key is available (no network needed)."""
+        self._build_client()
+
     def _checked(self, client: Any) -> None:
         if client.api_key is None and client.auth_token is None and client.credentials is None:
             raise MissingAPIKeyError(

@@ -145,6 +145,10 @@ class OpenAIChatModel(ChatModel):
         base = str(client.base_url) if client is not None else self._resolved_base_url()
         return base is None or _OFFICIAL_HOST in base
 
+    def check_credentials(self) -> None:
+        """Raise :class:`MissingAPIKeyError` now if no key is available (no network needed)."""
+        self._client_options()
+
     def _client_options(self) -> dict[str, Any]:
         key = self._api_key or os.environ.get("OPENAI_API_KEY")
         base = self._resolved_base_url()
