@@ -7,8 +7,16 @@ Example::
 The public names live here; errors live in :mod:`handrail.errors`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from handrail.agent import Agent, InterruptPage, PendingInterrupt, create_agent
-from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver, MemorySaver
+from handrail.checkpoint import (
+    AsyncSqliteSaver,
+    BaseCheckpointSaver,
+    InMemorySaver,
+    MemorySaver,
+    SqliteSaver,
+)
 from handrail.messages import (
     AIMessage,
     AIMessageChunk,
@@ -43,6 +51,10 @@ from handrail.runtime.context import Runtime, ToolRuntime, get_stream_writer, in
 from handrail.tools import Tool, tool
 from handrail.types import Command, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
 
+if TYPE_CHECKING:
+    from handrail.checkpoint.postgres import AsyncPostgresSaver as AsyncPostgresSaver
+    from handrail.checkpoint.postgres import PostgresSaver as PostgresSaver
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -55,6 +67,7 @@ __all__ = [
     "AgentState",
     "AnyMessage",
     "ApproveDecision",
+    "AsyncSqliteSaver",
     "BaseCheckpointSaver",
     "BaseMessage",
     "ChatModel",
@@ -80,6 +93,7 @@ __all__ = [
     "RunnableConfig",
     "Runtime",
     "ScriptedModel",
+    "SqliteSaver",
     "StateSnapshot",
     "SystemMessage",
     "Tool",
@@ -94,3 +108,13 @@ __all__ = [
     "interrupt",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The Postgres savers load psycopg, an optional extra: they are imported on first use
+    # and left out of __all__, so that `from handrail import *` works without psycopg.
+    if name in ("PostgresSaver", "AsyncPostgresSaver"):
+        from handrail.checkpoint import postgres
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,11 @@
-"""Checkpointers: the store protocol and its backends."""
+"""Checkpointers: the store protocol and its backends.
+
+``PostgresSaver`` and ``AsyncPostgresSaver`` are imported on first use, so handrail
+works without psycopg; using them without it raises an ImportError that names the
+``postgres`` extra. (They are left out of ``__all__`` for the same reason.)
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
@@ -11,16 +18,31 @@ from handrail.checkpoint.base import (
     ThreadRecord,
 )
 from handrail.checkpoint.memory import InMemorySaver, MemorySaver
+from handrail.checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
+
+if TYPE_CHECKING:
+    from handrail.checkpoint.postgres import AsyncPostgresSaver as AsyncPostgresSaver
+    from handrail.checkpoint.postgres import PostgresSaver as PostgresSaver
 
 __all__ = [
+    "AsyncSqliteSaver",
     "BaseCheckpointSaver",
     "InMemorySaver",
     "MemorySaver",
     "PendingFilter",
     "PendingItem",
     "PendingReview",
+    "SqliteSaver",
     "StoredEvent",
     "ThreadFilter",
     "ThreadRead",
     "ThreadRecord",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("PostgresSaver", "AsyncPostgresSaver"):
+        from handrail.checkpoint import postgres  # ImportError names the extra when psycopg is missing
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,241 @@
+"""What the SQL savers (SQLite, PostgreSQL) share: checks, row decoding, migrations.
+
+Nothing here talks to a database. Rows come in as plain values; every value read back
+is checked, and a damaged one raises :class:`~handrail.errors.SerializationError`
+naming the thread and the record (SPEC rule 10).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from handrail.checkpoint.base import PendingReview, StoredEvent, ThreadRecord, ThreadStatus, metadata_matches
+from handrail.checkpoint.serde import dumps, loads
+from handrail.errors import ConflictError, SerializationError
+
+__all__ = [
+    "STATUSES",
+    "Migration",
+    "check_append",
+    "conflict",
+    "damaged",
+    "decode_metadata",
+    "decode_tools",
+    "encode_metadata",
+    "encode_tools",
+    "event_from_row",
+    "host_identity",
+    "metadata_filter_matches",
+    "pending_from_row",
+    "pid_exists",
+    "record_from_row",
+]
+
+STATUSES: frozenset[str] = frozenset({"idle", "running", "interrupted"})
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One step of a saver's schema: applied once, in version order, in one transaction."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+def check_append(
+    thread_id: str, events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord
+) -> None:
+    """Refuse a malformed append before touching the database (same rules as memory)."""
+    for offset, event in enumerate(events, start=1):
+        if event.seq != expected_seq + offset:
+            raise ValueError(
+                f"events must be numbered from {expected_seq + 1} without gaps, "
+                f"got {event.seq} at position {offset}"
+            )
+    if record.head_seq != expected_seq + len(events):
+        raise ValueError("the thread record's head_seq must be the last event's seq")
+    if record.status not in STATUSES:
+        raise ValueError(f"thread status must be one of {sorted(STATUSES)}, got {record.status!r}")
+
+
+def conflict(thread_id: str, expected_seq: int, head: int | None) -> ConflictError:
+    """The error for a stale ``expected_seq`` (SPEC rule 8)."""
+    found = "another writer's append" if head is None else f"event {head}"
+    return ConflictError(
+        f"thread {thread_id!r} moved on: expected it at event {expected_seq}, found it at {found}",
+        thread_id=thread_id,
+    )
+
+
+def damaged(thread_id: str, what: str, reason: str, seq: int | None = None) -> SerializationError:
+    """A SerializationError naming the thread and the damaged record."""
+    return SerializationError(
+        f"cannot load thread {thread_id!r}, {what}: {reason}", thread_id=thread_id, seq=seq
+    )
+
+
+# Values ---------------------------------------------------------------------------------
+def encode_metadata(metadata: Mapping[str, Any], thread_id: str) -> bytes:
+    """The thread metadata as stored: JSON with named types, like every other record."""
+    return dumps(dict(metadata), where=f"the metadata of thread {thread_id!r}")
+
+
+def decode_metadata(raw: Any, thread_id: str) -> dict[str, Any]:
+    """Load stored thread metadata; anything but a JSON object is damage."""
+    if isinstance(raw, memoryview):
+        raw = bytes(raw)
+    if not isinstance(raw, (bytes, str)):
+        raise damaged(thread_id, "thread record", f"metadata is a {type(raw).__name__}, not JSON")
+    try:
+        value = loads(raw, thread_id=thread_id)
+    except SerializationError as exc:
+        raise damaged(thread_id, "thread record", f"metadata: {_reason(exc)}") from None
+    if not isinstance(value, dict):
+        raise damaged(thread_id, "thread record", f"metadata is a {type(value).__name__}, not an object")
+    return value
+
+
+def encode_tools(tools: Sequence[str]) -> list[str]:
+    """The tool names a pending review is about, as given (a name may repeat)."""
+    return [str(tool) for tool in tools]
+
+
+def decode_tools(raw: Any, thread_id: str, interrupt_id: str) -> tuple[str, ...]:
+    """Tool names stored as a JSON array (SQLite) or a text array (PostgreSQL)."""
+    value = raw
+    if isinstance(raw, (bytes, str)):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = None
+    if not isinstance(value, list) or not all(isinstance(tool, str) for tool in value):
+        raise damaged(thread_id, f"pending review {interrupt_id!r}", "its tool list is not a list of names")
+    return tuple(value)
+
+
+def event_from_row(thread_id: str, seq: Any, kind: Any, created_at: Any, payload: Any) -> StoredEvent:
+    """A stored event from its row, with every column checked."""
+    if isinstance(payload, memoryview):
+        payload = bytes(payload)
+    elif isinstance(payload, str):
+        payload = payload.encode()
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise damaged(thread_id, f"record {seq!r}", "the event number is not an integer")
+    if not isinstance(kind, str) or not _is_number(created_at) or not isinstance(payload, bytes):
+        raise damaged(thread_id, f"record {seq}", "the event row has a column of the wrong type", seq=seq)
+    return StoredEvent(seq=seq, kind=kind, created_at=float(created_at), payload=payload)
+
+
+def pending_from_row(
+    thread_id: str, interrupt_id: Any, kind: Any, tools: Any, created_at: Any, payload: Any
+) -> PendingReview:
+    """A pending review from its row, with every column checked."""
+    if isinstance(payload, memoryview):
+        payload = bytes(payload)
+    if not isinstance(interrupt_id, str):
+        raise damaged(thread_id, "a pending review", "its interrupt id is not a string")
+    if not isinstance(kind, str) or not _is_number(created_at) or not isinstance(payload, bytes):
+        raise damaged(thread_id, f"pending review {interrupt_id!r}", "a column has the wrong type")
+    return PendingReview(
+        interrupt_id=interrupt_id,
+        kind=kind,
+        tools=decode_tools(tools, thread_id, interrupt_id),
+        created_at=float(created_at),
+        payload=payload,
+    )
+
+
+def record_from_row(
+    thread_id: str,
+    head_seq: Any,
+    status: Any,
+    epoch: Any,
+    created_at: Any,
+    updated_at: Any,
+    metadata: Any,
+    pending: Sequence[PendingReview] = (),
+) -> ThreadRecord:
+    """A thread record from its row, with every column checked."""
+    if not isinstance(head_seq, int) or isinstance(head_seq, bool) or head_seq < 0:
+        raise damaged(thread_id, "thread record", f"head_seq is {head_seq!r}")
+    if status not in STATUSES:
+        raise damaged(thread_id, "thread record", f"unknown status {status!r}")
+    if not isinstance(epoch, str) or not _is_number(created_at) or not _is_number(updated_at):
+        raise damaged(thread_id, "thread record", "a column has the wrong type")
+    checked: ThreadStatus = status
+    return ThreadRecord(
+        thread_id=thread_id,
+        head_seq=head_seq,
+        status=checked,
+        epoch=epoch,
+        created_at=float(created_at),
+        updated_at=float(updated_at),
+        metadata=decode_metadata(metadata, thread_id),
+        pending=tuple(pending),
+    )
+
+
+def metadata_filter_matches(thread_id: str, stored: Any, wanted: bytes) -> bool:
+    """Whether stored metadata holds ``wanted`` (serialised): the InMemorySaver's rule exactly."""
+    return metadata_matches(_decoded_filter(wanted), decode_metadata(stored, thread_id))
+
+
+@functools.lru_cache(maxsize=64)
+def _decoded_filter(wanted: bytes) -> Mapping[str, Any]:
+    value = loads(wanted)
+    if not isinstance(value, dict):
+        raise ValueError("a metadata filter must be an object")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _reason(exc: SerializationError) -> str:
+    text = str(exc)
+    return text.split(": ", 1)[1] if ": " in text else text
+
+
+# Liveness on one host -----------------------------------------------------------------
+@functools.cache
+def host_identity() -> str:
+    """Names the pid space this process lives in: host, boot and (Linux) pid namespace.
+
+    Two processes with the same identity can check each other's pids; processes on
+    different hosts (or in different containers) cannot, and fall back to leases.
+    """
+    parts = [socket.gethostname()]
+    for path in ("/proc/sys/kernel/random/boot_id",):
+        try:
+            with open(path) as handle:
+                parts.append(handle.read().strip())
+        except OSError:
+            pass
+    try:
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        pass
+    return "|".join(parts)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process with this pid exists (True when it cannot be known)."""
+    if sys.platform == "win32" or pid <= 0:
+        return True  # os.kill(pid, 0) would terminate the process on Windows
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by another user
+    return True

@@ -1,0 +1,666 @@
+"""PostgresSaver and AsyncPostgresSaver: the store protocol in PostgreSQL (psycopg 3).
+
+Install with ``pip install 'handrail[postgres]'`` (psycopg 3 and psycopg_pool).
+
+Theory of operation
+-------------------
+Tables (prefixed ``handrail_``, in ``schema`` or the connection's search path):
+``events`` (primary key ``(thread_id, seq)``), ``threads`` (one row per thread),
+``pending`` and ``pending_tools`` (the inbox, with B-tree indexes that match its
+filters and its ``(created_at, thread_id, interrupt_id)`` keyset order), ``runs``
+(claimed runs) and ``schema_version``. Key columns use the ``"C"`` collation so that
+the inbox orders exactly as the in-memory store does.
+
+:meth:`setup` creates or migrates the schema in one transaction under
+``pg_advisory_xact_lock``, so any number of processes may call it at once; the savers
+call it on first use.
+
+An append is one transaction, pipelined: it moves the thread row from the expected
+head to the new one (``UPDATE ... WHERE head_seq = expected``, or ``INSERT ... ON
+CONFLICT DO NOTHING`` for a new thread) and inserts the events. A second writer with
+the same expected head finds no row to move once the first commits, or collides on the
+``(thread_id, seq)`` key: either way it gets :class:`~handrail.errors.ConflictError`
+and its transaction saves nothing (SPEC rule 8). Reads of several tables run in one
+``REPEATABLE READ`` snapshot. Metadata filters compare JSON values (``true`` is not
+``1``, as it is in Python), and text cannot hold NUL characters: storing one raises
+:class:`~handrail.errors.SerializationError`.
+
+Every operation is written once (``_postgres_sql.py``), as a generator that yields
+batches of SQL and receives their results; :func:`_run_sync` and :func:`_run_async`
+perform it.
+
+Run liveness (SPEC rule 9)
+--------------------------
+Each saver holds a *session-level advisory lock* on a random 62-bit key, on a
+connection of its own (or on the one connection it was given). A claimed run is a
+``runs`` row naming that key, and a run is alive while some session holds the lock on
+its key, which ``runs_alive`` reads from ``pg_locks``. The server releases a session's
+locks when its connection ends, and a dead process cannot keep a connection: a killed
+process's kernel closes it at once, so its runs are dead for every other process
+within moments, without leases or clocks; a host that vanishes (power, network) is
+noticed by the server's TCP keepalives, which the saver sets to about 30 seconds on
+its liveness connection (TCP only; not for Unix sockets, which cannot outlive their
+host anyway). If the saver's own connection drops, it reconnects and takes its key
+again on its next claim; in between, its runs look dead.
+
+Example::
+
+    from handrail import PostgresSaver, create_agent
+
+    with PostgresSaver.from_conn_string("postgresql://localhost/app") as saver:
+        agent = create_agent(model, tools, middleware=[...], checkpointer=saver)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+try:
+    import psycopg
+    import psycopg.errors
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "PostgresSaver and AsyncPostgresSaver need psycopg 3 and psycopg_pool: "
+        "pip install 'handrail[postgres]'"
+    ) from exc
+
+from handrail.checkpoint._postgres_sql import Op, Queries, Result
+from handrail.checkpoint._records import Migration, check_append, conflict
+from handrail.checkpoint.base import (
+    BaseCheckpointSaver,
+    PendingFilter,
+    PendingItem,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRead,
+    ThreadRecord,
+)
+from handrail.errors import ConfigurationError, SerializationError
+
+__all__ = ["AsyncPostgresSaver", "PostgresSaver"]
+
+T = TypeVar("T")
+
+
+# Drivers: perform the operations of _postgres_sql.py --------------------------------------
+
+
+def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
+    """Perform an operation in one transaction, each batch in one pipeline round trip."""
+    results: Any = None  # a just-started generator only accepts None
+    with conn.pipeline() as pipeline, conn.transaction():
+        while True:
+            try:
+                batch = op.send(results)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            cursors = []
+            for query in batch:
+                cursor = conn.cursor()
+                if query.many is not None:
+                    cursor.executemany(query.sql, query.many)
+                else:
+                    cursor.execute(query.sql, query.params)
+                cursors.append(cursor)
+            pipeline.sync()
+            results = [
+                Result(cursor.fetchall() if cursor.description is not None else [], cursor.rowcount)
+                for cursor in cursors
+            ]
+
+
+async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
+    """Async :func:`_run_sync`."""
+    results: Any = None  # a just-started generator only accepts None
+    async with conn.pipeline() as pipeline, conn.transaction():
+        while True:
+            try:
+                batch = op.send(results)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            cursors = []
+            for query in batch:
+                cursor = conn.cursor()
+                if query.many is not None:
+                    await cursor.executemany(query.sql, query.many)
+                else:
+                    await cursor.execute(query.sql, query.params)
+                cursors.append(cursor)
+            await pipeline.sync()
+            results = [
+                Result(await cursor.fetchall() if cursor.description is not None else [], cursor.rowcount)
+                for cursor in cursors
+            ]
+
+
+# The server probes a silent client after 15 s, every 5 s, 3 times: a liveness session
+# whose host vanished (power, network) is ended, and its lock freed, within ~30 s.
+_KEEPALIVES = (
+    "SELECT set_config('tcp_keepalives_idle', '15', false), "
+    "set_config('tcp_keepalives_interval', '5', false), set_config('tcp_keepalives_count', '3', false)"
+)
+
+
+def _new_key() -> int:
+    return secrets.randbits(62) + 1
+
+
+def _not_autocommit() -> ConfigurationError:
+    return ConfigurationError(
+        "the saver's PostgreSQL connections must be in autocommit mode: "
+        "psycopg.connect(dsn, autocommit=True) or ConnectionPool(dsn, kwargs={'autocommit': True})"
+    )
+
+
+def _unstorable(thread_id: str, exc: psycopg.DataError) -> SerializationError:
+    # e.g. a NUL character, which PostgreSQL text and jsonb cannot hold
+    reason = str(exc).splitlines()[0]
+    return SerializationError(
+        f"cannot store thread {thread_id!r} in PostgreSQL: {reason}", thread_id=thread_id
+    )
+
+
+def _check_pool_size(pool_size: int) -> None:
+    if pool_size < 1:
+        raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
+
+
+# The sync saver ------------------------------------------------------------------------------
+class PostgresSaver(BaseCheckpointSaver):
+    """Keeps threads in PostgreSQL; share one saver per process between threads.
+
+    ``conn`` is a ``psycopg_pool.ConnectionPool`` or a ``psycopg.Connection`` (used
+    alone, behind a lock); connections must be in autocommit mode. ``schema`` puts the
+    tables in that schema (created by :meth:`setup`) instead of the search path. The
+    schema is created or migrated on first use; call :meth:`setup` to do it up front.
+
+    Example::
+
+        from psycopg_pool import ConnectionPool
+
+        pool = ConnectionPool("postgresql://localhost/app", kwargs={"autocommit": True})
+        saver = PostgresSaver(pool)
+        saver.setup()
+    """
+
+    def __init__(
+        self,
+        conn: ConnectionPool[Any] | psycopg.Connection[Any],
+        *,
+        schema: str | None = None,
+    ) -> None:
+        self._queries = Queries(schema)
+        self._pool: ConnectionPool[Any] | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        if isinstance(conn, ConnectionPool):
+            self._pool = conn
+        elif isinstance(conn, psycopg.Connection):
+            if not conn.autocommit:
+                raise _not_autocommit()
+            self._conn = conn
+        else:
+            raise ConfigurationError(
+                f"PostgresSaver takes a psycopg ConnectionPool or Connection, got {type(conn).__name__}"
+            )
+        self._conn_lock = threading.RLock()
+        self._owns_pool = False
+        self._ready = False
+        self._setup_lock = threading.Lock()
+        self._owner_lock = threading.Lock()
+        self._owner_conn: psycopg.Connection[Any] | None = None
+        self._owner_key: int | None = None
+        self._claimed: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, *, schema: str | None = None, pool_size: int = 8
+    ) -> PostgresSaver:
+        """Open a saver with its own connection pool; also a context manager that closes it.
+
+        Example::
+
+            with PostgresSaver.from_conn_string("postgresql://localhost/app") as saver:
+                saver.setup()
+        """
+        _check_pool_size(pool_size)
+        pool: ConnectionPool[Any] = ConnectionPool(
+            conn_string, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=True
+        )
+        saver = cls(pool, schema=schema)
+        saver._owns_pool = True
+        return saver
+
+    def __enter__(self) -> PostgresSaver:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._pool is not None:
+            with self._pool.connection() as conn:
+                yield conn
+        else:
+            assert self._conn is not None
+            with self._conn_lock:
+                yield self._conn
+
+    def _run(self, op: Op[T], *, ready: bool = True) -> T:
+        if ready and not self._ready:
+            self.setup()
+        with self._connection() as conn:
+            if not conn.autocommit:
+                raise _not_autocommit()
+            return _run_sync(conn, op)
+
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        """The schema, version by version (a subclass may add its own at the end).
+
+        Statements name tables through :attr:`table_prefix` (schema and ``handrail_``).
+        """
+        return self._queries.migrations
+
+    @property
+    def table_prefix(self) -> str:
+        """What every table name starts with: the quoted schema, if any, and ``handrail_``."""
+        return self._queries.prefix
+
+    def setup(self) -> None:
+        """Create or migrate the schema; idempotent, safe from many processes at once."""
+        with self._setup_lock:
+            if self._ready:
+                return
+            migrations = self.schema_migrations()
+            if self._run(self._queries.version(), ready=False) != migrations[-1].version:
+                self._run(self._queries.setup(migrations), ready=False)
+            self._ready = True
+
+    def close(self) -> None:
+        """Release this saver's runs and its liveness lock; close the pool it opened."""
+        with self._owner_lock:
+            key, owner, self._owner_conn, self._owner_key = self._owner_key, self._owner_conn, None, None
+            self._claimed.clear()
+        if key is not None:
+            try:
+                self._run(self._queries.forget_owner(key))
+            except psycopg.Error:
+                pass  # the lock below goes anyway, and with it every claim
+        if owner is not None:
+            owner.close()
+        elif key is not None and self._conn is not None:
+            with self._conn_lock:
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        if self._owns_pool and self._pool is not None:
+            self._pool.close()
+
+    # The protocol ----------------------------------------------------------------------
+    def append(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        check_append(thread_id, events, expected_seq, record)
+        try:
+            self._run(self._queries.append(thread_id, events, expected_seq, record))
+        except psycopg.errors.UniqueViolation:
+            raise conflict(thread_id, expected_seq, None) from None
+        except psycopg.DataError as exc:
+            raise _unstorable(thread_id, exc) from None
+
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        return self._run(self._queries.read(thread_id, after_seq, upto_seq))
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        return self._run(self._queries.get_thread(thread_id))
+
+    def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        return self._run(self._queries.list_threads(filter))
+
+    def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        return self._run(self._queries.list_pending(filter))
+
+    def delete_thread(self, thread_id: str) -> bool:
+        return self._run(self._queries.delete_thread(thread_id))
+
+    def claim_run(self, thread_id: str, run_id: str) -> None:
+        key = self._hold_owner_lock()
+        self._run(self._queries.claim_run(thread_id, run_id, key))
+        with self._owner_lock:
+            self._claimed.add((thread_id, run_id))
+
+    def release_run(self, thread_id: str, run_id: str) -> None:
+        with self._owner_lock:
+            self._claimed.discard((thread_id, run_id))
+        self._run(self._queries.release_run(thread_id, run_id))
+
+    def runs_alive(self, thread_id: str) -> set[str]:
+        return self._run(self._queries.runs_alive(thread_id))
+
+    def _hold_owner_lock(self) -> int:
+        """This saver's liveness key, its session lock held (re-taken after a lost connection)."""
+        with self._owner_lock:
+            if self._pool is None:  # the one connection carries the lock
+                if self._owner_key is None:
+                    with self._connection() as conn:
+                        self._owner_key = _lock_new_key(conn)
+                return self._owner_key
+            owner = self._owner_conn
+            if owner is not None and not owner.closed:
+                try:
+                    owner.execute("SELECT 1")
+                    assert self._owner_key is not None
+                    return self._owner_key
+                except psycopg.OperationalError:
+                    owner.close()
+            self._owner_conn = owner = _connect_like(self._pool)
+            previous = self._owner_key
+            self._owner_key = _lock_new_key(owner, prefer=previous)
+            if previous is not None:
+                self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
+            return self._owner_key
+
+
+def _lock_new_key(conn: psycopg.Connection[Any], prefer: int | None = None) -> int:
+    """Take a session advisory lock on a free key (``prefer`` first) and return the key."""
+    key = prefer if prefer is not None else _new_key()
+    while True:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        if row is not None and row[0]:
+            return key
+        key = _new_key()
+
+
+def _connect_like(pool: ConnectionPool[Any]) -> psycopg.Connection[Any]:
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
+    connection: psycopg.Connection[Any] = pool.connection_class.connect(
+        conninfo, **{**kwargs, "autocommit": True}
+    )
+    connection.execute(_KEEPALIVES)
+    return connection
+
+
+# The async saver -------------------------------------------------------------------------
+class AsyncPostgresSaver(BaseCheckpointSaver):
+    """PostgresSaver for asyncio: the ``a``-methods run on psycopg's async driver.
+
+    ``conn`` is a ``psycopg_pool.AsyncConnectionPool`` or a ``psycopg.AsyncConnection``
+    in autocommit mode. The sync methods also work when called from a thread other
+    than the event loop's (they hand the work to the loop and wait).
+
+    Example::
+
+        async with AsyncPostgresSaver.from_conn_string("postgresql://localhost/app") as saver:
+            agent = create_agent(model, tools, middleware=[...], checkpointer=saver)
+            await agent.ainvoke({"messages": ["hi"]}, {"configurable": {"thread_id": "t1"}})
+    """
+
+    def __init__(
+        self,
+        conn: AsyncConnectionPool[Any] | psycopg.AsyncConnection[Any],
+        *,
+        schema: str | None = None,
+    ) -> None:
+        self._queries = Queries(schema)
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        if isinstance(conn, AsyncConnectionPool):
+            self._pool = conn
+        elif isinstance(conn, psycopg.AsyncConnection):
+            if not conn.autocommit:
+                raise _not_autocommit()
+            self._conn = conn
+        else:
+            raise ConfigurationError(
+                "AsyncPostgresSaver takes a psycopg AsyncConnectionPool or AsyncConnection, "
+                f"got {type(conn).__name__}"
+            )
+        self._owns_pool = False
+        self._ready = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._owner_conn: psycopg.AsyncConnection[Any] | None = None
+        self._owner_key: int | None = None
+        self._claimed: set[tuple[str, str]] = set()
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, *, schema: str | None = None, pool_size: int = 8
+    ) -> AsyncPostgresSaver:
+        """A saver with its own pool; use it with ``async with`` (it opens on first use too)."""
+        _check_pool_size(pool_size)
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conn_string, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=False
+        )
+        saver = cls(pool, schema=schema)
+        saver._owns_pool = True
+        return saver
+
+    async def __aenter__(self) -> AsyncPostgresSaver:
+        await self.setup()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._pool is not None:
+            if self._owns_pool:
+                await self._pool.open()
+            async with self._pool.connection() as conn:
+                yield conn
+        else:
+            assert self._conn is not None
+            async with self._lock("conn"):
+                yield self._conn
+
+    async def _run(self, op: Op[T], *, ready: bool = True) -> T:
+        self._loop = asyncio.get_running_loop()
+        if ready and not self._ready:
+            await self.setup()
+        async with self._connection() as conn:
+            if not conn.autocommit:
+                raise _not_autocommit()
+            return await _run_async(conn, op)
+
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        """The schema, version by version (a subclass may add its own at the end)."""
+        return self._queries.migrations
+
+    @property
+    def table_prefix(self) -> str:
+        """What every table name starts with: the quoted schema, if any, and ``handrail_``."""
+        return self._queries.prefix
+
+    async def setup(self) -> None:
+        """Create or migrate the schema; idempotent, safe from many processes at once."""
+        async with self._lock("setup"):
+            if self._ready:
+                return
+            migrations = self.schema_migrations()
+            if await self._run(self._queries.version(), ready=False) != migrations[-1].version:
+                await self._run(self._queries.setup(migrations), ready=False)
+            self._ready = True
+
+    async def aclose(self) -> None:
+        """Release this saver's runs and its liveness lock; close the pool it opened."""
+        key, owner, self._owner_conn, self._owner_key = self._owner_key, self._owner_conn, None, None
+        self._claimed.clear()
+        if key is not None:
+            try:
+                await self._run(self._queries.forget_owner(key))
+            except psycopg.Error:
+                pass
+        if owner is not None:
+            await owner.close()
+        elif key is not None and self._conn is not None:
+            async with self._lock("conn"):
+                await self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        if self._owns_pool and self._pool is not None:
+            await self._pool.close()
+
+    # The protocol, async ----------------------------------------------------------------------
+    async def aappend(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        check_append(thread_id, events, expected_seq, record)
+        try:
+            await self._run(self._queries.append(thread_id, events, expected_seq, record))
+        except psycopg.errors.UniqueViolation:
+            raise conflict(thread_id, expected_seq, None) from None
+        except psycopg.DataError as exc:
+            raise _unstorable(thread_id, exc) from None
+
+    async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        return await self._run(self._queries.read(thread_id, after_seq, upto_seq))
+
+    async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
+        return await self._run(self._queries.get_thread(thread_id))
+
+    async def alist_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        return await self._run(self._queries.list_threads(filter))
+
+    async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        return await self._run(self._queries.list_pending(filter))
+
+    async def adelete_thread(self, thread_id: str) -> bool:
+        return await self._run(self._queries.delete_thread(thread_id))
+
+    async def aclaim_run(self, thread_id: str, run_id: str) -> None:
+        key = await self._hold_owner_lock()
+        await self._run(self._queries.claim_run(thread_id, run_id, key))
+        self._claimed.add((thread_id, run_id))
+
+    async def arelease_run(self, thread_id: str, run_id: str) -> None:
+        self._claimed.discard((thread_id, run_id))
+        await self._run(self._queries.release_run(thread_id, run_id))
+
+    async def aruns_alive(self, thread_id: str) -> set[str]:
+        return await self._run(self._queries.runs_alive(thread_id))
+
+    async def _hold_owner_lock(self) -> int:
+        async with self._lock("owner"):
+            if self._pool is None:
+                if self._owner_key is None:
+                    async with self._connection() as conn:
+                        self._owner_key = await _lock_new_key_async(conn)
+                return self._owner_key
+            owner = self._owner_conn
+            if owner is not None and not owner.closed:
+                try:
+                    await owner.execute("SELECT 1")
+                    assert self._owner_key is not None
+                    return self._owner_key
+                except psycopg.OperationalError:
+                    await owner.close()
+            self._owner_conn = owner = await _connect_like_async(self._pool)
+            previous = self._owner_key
+            self._owner_key = await _lock_new_key_async(owner, prefer=previous)
+            if previous is not None:
+                await self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
+            return self._owner_key
+
+    # The sync methods hand the work to the saver's event loop ---------------------------------
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            raise ConfigurationError(
+                "AsyncPostgresSaver's sync methods need its event loop running in another thread; "
+                "use the async methods (ainvoke, astream, ...) or PostgresSaver"
+            )
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise ConfigurationError(
+                "a sync method of AsyncPostgresSaver was called from its event loop, which would "
+                "block it; use the async methods (ainvoke, aget_state, ...)"
+            )
+        return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+    def append(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        self._call(lambda: self.aappend(thread_id, events, expected_seq=expected_seq, record=record))
+
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        return self._call(lambda: self.aread(thread_id, after_seq=after_seq, upto_seq=upto_seq))
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        return self._call(lambda: self.aget_thread(thread_id))
+
+    def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        return self._call(lambda: self.alist_threads(filter))
+
+    def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        return self._call(lambda: self.alist_pending(filter))
+
+    def delete_thread(self, thread_id: str) -> bool:
+        return self._call(lambda: self.adelete_thread(thread_id))
+
+    def claim_run(self, thread_id: str, run_id: str) -> None:
+        self._call(lambda: self.aclaim_run(thread_id, run_id))
+
+    def release_run(self, thread_id: str, run_id: str) -> None:
+        self._call(lambda: self.arelease_run(thread_id, run_id))
+
+    def runs_alive(self, thread_id: str) -> set[str]:
+        return self._call(lambda: self.aruns_alive(thread_id))
+
+
+async def _connect_like_async(pool: AsyncConnectionPool[Any]) -> psycopg.AsyncConnection[Any]:
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    if isinstance(conninfo, Awaitable):
+        conninfo = await conninfo
+    kwargs = pool.kwargs() if callable(pool.kwargs) else dict(pool.kwargs or {})
+    if isinstance(kwargs, Awaitable):
+        kwargs = await kwargs
+    kwargs = {**kwargs, "autocommit": True}
+    connection: psycopg.AsyncConnection[Any] = await pool.connection_class.connect(conninfo, **kwargs)
+    await connection.execute(_KEEPALIVES)
+    return connection
+
+
+async def _lock_new_key_async(conn: psycopg.AsyncConnection[Any], prefer: int | None = None) -> int:
+    key = prefer if prefer is not None else _new_key()
+    while True:
+        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+        row = await cursor.fetchone()
+        if row is not None and row[0]:
+            return key
+        key = _new_key()

@@ -1,0 +1,728 @@
+"""SqliteSaver: the store protocol in one SQLite file, the embedded default.
+
+Theory of operation
+-------------------
+The file holds a versioned schema (table ``schema_version``; :meth:`SqliteSaver.setup`
+applies :meth:`SqliteSaver.schema_migrations` in order, idempotently, under SQLite's write
+lock so that many processes may open a new file at once). The tables:
+
+``events``         the logs: ``(thread_id, seq)`` is the primary key, ``payload`` the
+                   serialised event (JSON, never pickle).
+``threads``        one row per thread: head, status, epoch, times, metadata (JSON).
+``pending``        one row per pending review, indexed for the inbox: by
+                   ``(created_at, thread_id, interrupt_id)`` for keyset paging and by
+                   ``kind``; ``pending_tools`` indexes the tool names of each review.
+``runs``,          which runs are alive (SPEC rule 9), see below.
+``run_owners``
+
+The file is opened in WAL mode, so readers never wait for the writer. An append is
+one ``BEGIN IMMEDIATE`` transaction that reads the thread's head, refuses a stale
+``expected_seq`` with :class:`~handrail.errors.ConflictError`, and writes the events,
+the thread row and its pending reviews; ``BEGIN IMMEDIATE`` takes the write lock
+first, so two writers cannot both see the same head. The saver keeps a small pool of
+connections, one per concurrent caller, so it is safe to share between Python threads;
+after a fork the child opens its own connections.
+
+Run liveness (SPEC rule 9)
+--------------------------
+A claimed run is a ``runs`` row pointing at its *owner*: one ``run_owners`` row per
+saver per process, holding the process id, an identity of the host's pid space, and a
+lease expiry. While the saver has claimed runs, a daemon thread renews the lease every
+``lease_seconds / 3``. A run is alive when its owner's lease has not lapsed **and**,
+when the owner shares this process's pid space (same host, boot and pid namespace:
+the usual case, since a WAL database cannot be shared over a network), its process
+still exists. So a killed process is seen dead as soon as it is gone; one that cannot
+be checked (another container, a reused pid) is seen dead when its lease lapses.
+Nothing a dead process left behind keeps a run alive.
+
+Example::
+
+    from handrail import SqliteSaver, create_agent
+
+    with SqliteSaver.from_conn_string("threads.db") as saver:
+        agent = create_agent(model, tools, middleware=[...], checkpointer=saver)
+        agent.invoke({"messages": ["hi"]}, {"configurable": {"thread_id": "t1"}})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import orjson
+
+from handrail.checkpoint._records import (
+    Migration,
+    check_append,
+    conflict,
+    decode_metadata,
+    encode_metadata,
+    encode_tools,
+    event_from_row,
+    host_identity,
+    metadata_filter_matches,
+    pending_from_row,
+    pid_exists,
+    record_from_row,
+)
+from handrail.checkpoint.base import (
+    BaseCheckpointSaver,
+    PendingFilter,
+    PendingItem,
+    PendingReview,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRead,
+    ThreadRecord,
+)
+from handrail.checkpoint.serde import dumps
+from handrail.errors import ConfigurationError, SerializationError
+
+__all__ = ["AsyncSqliteSaver", "SqliteSaver"]
+
+log = logging.getLogger(__name__)
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "event logs, thread rows, the pending-review inbox and run leases",
+        (
+            """CREATE TABLE threads (
+                thread_id     TEXT PRIMARY KEY,
+                head_seq      INTEGER NOT NULL,
+                status        TEXT NOT NULL,
+                epoch         TEXT NOT NULL,
+                created_at    REAL NOT NULL,
+                updated_at    REAL NOT NULL,
+                metadata      BLOB NOT NULL,
+                pending_count INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX threads_by_update ON threads (updated_at DESC, thread_id)",
+            "CREATE INDEX threads_by_status ON threads (status, updated_at DESC, thread_id)",
+            """CREATE TABLE events (
+                thread_id  TEXT NOT NULL,
+                seq        INTEGER NOT NULL,
+                kind       TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                payload    BLOB NOT NULL,
+                PRIMARY KEY (thread_id, seq)
+            )""",
+            """CREATE TABLE pending (
+                thread_id    TEXT NOT NULL,
+                interrupt_id TEXT NOT NULL,
+                position     INTEGER NOT NULL,
+                kind         TEXT NOT NULL,
+                tools        TEXT NOT NULL,
+                created_at   REAL NOT NULL,
+                payload      BLOB NOT NULL,
+                PRIMARY KEY (thread_id, interrupt_id)
+            )""",
+            "CREATE INDEX pending_inbox ON pending (created_at, thread_id, interrupt_id)",
+            "CREATE INDEX pending_by_kind ON pending (kind, created_at, thread_id, interrupt_id)",
+            """CREATE TABLE pending_tools (
+                tool         TEXT NOT NULL,
+                created_at   REAL NOT NULL,
+                thread_id    TEXT NOT NULL,
+                interrupt_id TEXT NOT NULL,
+                PRIMARY KEY (tool, created_at, thread_id, interrupt_id)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX pending_tools_by_thread ON pending_tools (thread_id)",
+            """CREATE TABLE run_owners (
+                owner_id   TEXT PRIMARY KEY,
+                pid        INTEGER NOT NULL,
+                host       TEXT NOT NULL,
+                expires_at REAL NOT NULL
+            )""",
+            """CREATE TABLE runs (
+                thread_id  TEXT NOT NULL,
+                run_id     TEXT NOT NULL,
+                owner_id   TEXT NOT NULL,
+                claimed_at REAL NOT NULL,
+                PRIMARY KEY (thread_id, run_id)
+            )""",
+        ),
+    ),
+)
+
+_RECORD_COLUMNS = "thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count"
+_PENDING_COLUMNS = "p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload"
+
+
+class _SqliteStore(BaseCheckpointSaver):
+    """What SqliteSaver and AsyncSqliteSaver share: everything but setup and closing."""
+
+    def __init__(
+        self,
+        conn: str | os.PathLike[str] | sqlite3.Connection,
+        *,
+        lease_seconds: float = 30.0,
+        timeout: float = 30.0,
+        synchronous: Synchronous = "FULL",
+    ) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigurationError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
+        if not lease_seconds > 0:
+            raise ConfigurationError(f"lease_seconds must be positive, got {lease_seconds!r}")
+        self.lease_seconds = float(lease_seconds)
+        self._timeout = float(timeout)
+        self._synchronous = synchronous
+        self._pid = os.getpid()
+        self._idle: list[sqlite3.Connection] = []
+        self._abandoned: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        self._shared: sqlite3.Connection | None = None
+        self._shared_lock = threading.RLock()
+        self._failure = threading.local()  # why a SQL function of ours failed, per thread
+        if isinstance(conn, sqlite3.Connection):
+            conn.isolation_level = None
+            self._register_functions(conn)
+            self._shared = conn
+            self.path: str | None = None
+        else:
+            self.path = os.fspath(conn)
+            if self.path == ":memory:":
+                self._shared = self._open()
+            elif not self.path.startswith("file:"):
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._owner_id = uuid.uuid4().hex
+        self._claimed: set[tuple[str, str]] = set()
+        self._runs_lock = threading.Lock()
+        self._heartbeat: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._migrate()
+
+    # Connections -----------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        assert self.path is not None
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=self.path.startswith("file:"),
+        )
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        self._register_functions(conn)
+        return conn
+
+    def _register_functions(self, conn: sqlite3.Connection) -> None:
+        failure = self._failure
+
+        def matches(thread_id: str, stored: Any, wanted: bytes) -> int:
+            try:
+                return int(metadata_filter_matches(thread_id, stored, wanted))
+            except SerializationError as exc:
+                failure.error = exc  # sqlite3 only reports "user-defined function raised exception"
+                raise
+
+        conn.create_function("handrail_metadata_matches", 3, matches, deterministic=True)
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise ConfigurationError("this SqliteSaver is closed")
+        if self._shared is not None:
+            with self._shared_lock:
+                yield self._shared
+            return
+        with self._pool_lock:
+            if os.getpid() != self._pid:  # forked: never touch the parent's connections
+                self._abandoned.extend(self._idle)
+                self._idle = []
+                self._pid = os.getpid()
+                self._owner_id = uuid.uuid4().hex
+                self._claimed = set()
+                self._heartbeat = None
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._open()
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:  # interrupted half-way: do not reuse it
+                conn.close()
+            else:
+                with self._pool_lock:
+                    if self._closed or os.getpid() != self._pid:
+                        conn.close()
+                    else:
+                        self._idle.append(conn)
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """One transaction; a write takes SQLite's write lock before reading anything."""
+        with self._connection() as conn:
+            self._failure.error = None
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+            except sqlite3.OperationalError:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                failure: SerializationError | None = self._failure.error
+                if failure is not None:
+                    raise failure from None
+                raise
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        """The schema, version by version (a subclass may add its own at the end)."""
+        return MIGRATIONS
+
+    def _migrate(self) -> None:
+        migrations = self.schema_migrations()
+        with self._connection() as conn:
+            if self.path != ":memory:":
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                if mode is None or str(mode[0]).lower() not in ("wal", "memory"):
+                    log.warning("SQLite could not switch %s to WAL mode (%s)", self.path, mode)
+            if self._current_version(conn) == migrations[-1].version:
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version ("
+                    "version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL NOT NULL)"
+                )
+                current = self._current_version(conn)
+                latest = migrations[-1].version
+                if current > latest:
+                    raise ConfigurationError(
+                        f"the SQLite database {self.path!r} has schema version {current}, newer than "
+                        f"this handrail knows ({latest}); upgrade handrail"
+                    )
+                for migration in migrations:
+                    if migration.version <= current:
+                        continue
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+                        (migration.version, migration.description, time.time()),
+                    )
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _current_version(conn: sqlite3.Connection) -> int:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if exists is None:
+            return 0
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def close(self) -> None:
+        """Forget this process's runs, stop the lease heartbeat and close the connections."""
+        if self._closed:
+            return
+        self._stop.set()
+        if os.getpid() == self._pid:
+            try:
+                with self._transaction(write=True) as conn:
+                    conn.execute("DELETE FROM runs WHERE owner_id = ?", (self._owner_id,))
+                    conn.execute("DELETE FROM run_owners WHERE owner_id = ?", (self._owner_id,))
+            except sqlite3.Error:
+                log.warning("could not release the runs of %s on close", self.path, exc_info=True)
+        with self._pool_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        if self._shared is not None and self.path == ":memory:":
+            self._shared.close()
+
+    # The protocol ----------------------------------------------------------------------
+    def append(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+    ) -> None:
+        check_append(thread_id, events, expected_seq, record)
+        event_rows = [(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events]
+        metadata = encode_metadata(record.metadata, thread_id)
+        pending_rows, tool_rows = _pending_rows(thread_id, record.pending)
+        with self._transaction(write=True) as conn:
+            row = conn.execute(
+                "SELECT head_seq, pending_count FROM threads WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+            head = row[0] if row is not None else 0
+            if head != expected_seq:
+                raise conflict(thread_id, expected_seq, head)
+            try:
+                conn.executemany(
+                    "INSERT INTO events (thread_id, seq, kind, created_at, payload) VALUES (?, ?, ?, ?, ?)",
+                    event_rows,
+                )
+            except sqlite3.IntegrityError:
+                raise conflict(thread_id, expected_seq, None) from None
+            conn.execute(
+                "INSERT INTO threads (thread_id, head_seq, status, epoch, created_at, updated_at, "
+                "metadata, pending_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (thread_id) DO UPDATE SET head_seq = excluded.head_seq, "
+                "status = excluded.status, epoch = excluded.epoch, created_at = excluded.created_at, "
+                "updated_at = excluded.updated_at, metadata = excluded.metadata, "
+                "pending_count = excluded.pending_count",
+                (
+                    thread_id,
+                    record.head_seq,
+                    record.status,
+                    record.epoch,
+                    record.created_at,
+                    record.updated_at,
+                    metadata,
+                    len(record.pending),
+                ),
+            )
+            if row is not None and row[1]:
+                conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
+                conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
+            if pending_rows:
+                conn.executemany(
+                    "INSERT INTO pending (thread_id, interrupt_id, position, kind, tools, created_at, "
+                    "payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    pending_rows,
+                )
+                conn.executemany(
+                    "INSERT OR IGNORE INTO pending_tools (tool, created_at, thread_id, interrupt_id) "
+                    "VALUES (?, ?, ?, ?)",
+                    tool_rows,
+                )
+
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+        sql = "SELECT seq, kind, created_at, payload FROM events WHERE thread_id = ? AND seq > ?"
+        params: list[Any] = [thread_id, after_seq]
+        if upto_seq is not None:
+            sql += " AND seq <= ?"
+            params.append(upto_seq)
+        with self._transaction(write=False) as conn:
+            records = self._records(conn, "WHERE thread_id = ?", [thread_id])
+            rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
+        events = [event_from_row(thread_id, *row) for row in rows]
+        return ThreadRead(record=records[0] if records else None, events=events)
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        with self._transaction(write=False) as conn:
+            records = self._records(conn, "WHERE thread_id = ?", [thread_id])
+        return records[0] if records else None
+
+    def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if filter.status is not None:
+            where.append("status = ?")
+            params.append(filter.status)
+        if filter.updated_after is not None:
+            where.append("updated_at > ?")
+            params.append(filter.updated_after)
+        if filter.updated_before is not None:
+            where.append("updated_at < ?")
+            params.append(filter.updated_before)
+        if filter.metadata:
+            where.append("handrail_metadata_matches(thread_id, metadata, ?)")
+            params.append(dumps(dict(filter.metadata), where="the metadata filter"))
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        clause += " ORDER BY updated_at DESC, thread_id LIMIT ? OFFSET ?"
+        params += [max(filter.limit, 0), max(filter.offset, 0)]
+        with self._transaction(write=False) as conn:
+            return self._records(conn, clause, params)
+
+    def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        sql, params = self._pending_query(filter, time.time())
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(sql, params).fetchall()
+        metadata_of: dict[str, Any] = {}
+        items = []
+        for *pending, metadata in rows:
+            thread_id = pending[0]
+            if thread_id not in metadata_of:
+                metadata_of[thread_id] = decode_metadata(metadata, thread_id)
+            items.append(
+                PendingItem(
+                    thread_id=thread_id, review=pending_from_row(*pending), metadata=metadata_of[thread_id]
+                )
+            )
+        return items
+
+    def _pending_query(self, filter: PendingFilter, now: float) -> tuple[str, list[Any]]:
+        """The inbox query: an index range in ``(created_at, thread_id, interrupt_id)`` order."""
+        where: list[str] = []
+        params: list[Any] = []
+        # ``o`` is the table whose index orders the page: the tool index when a tool is named
+        if filter.tool is not None:
+            o = "o"
+            source = (
+                "pending_tools AS o JOIN pending AS p "
+                "ON p.thread_id = o.thread_id AND p.interrupt_id = o.interrupt_id"
+            )
+            where.append("o.tool = ?")
+            params.append(filter.tool)
+        else:
+            o = "p"
+            source = "pending AS p"
+        if filter.kind is not None:
+            where.append("p.kind = ?")
+            params.append(filter.kind)
+        if filter.thread_id is not None:
+            where.append(f"{o}.thread_id = ?")
+            params.append(filter.thread_id)
+        if filter.older_than is not None:
+            where.append(f"{o}.created_at <= ?")
+            params.append(now - filter.older_than)
+        if filter.after is not None:
+            where.append(f"({o}.created_at, {o}.thread_id, {o}.interrupt_id) > (?, ?, ?)")
+            params += list(filter.after)
+        if filter.metadata:
+            where.append("handrail_metadata_matches(t.thread_id, t.metadata, ?)")
+            params.append(dumps(dict(filter.metadata), where="the metadata filter"))
+        sql = (
+            f"SELECT {_PENDING_COLUMNS}, t.metadata FROM {source} "
+            "JOIN threads AS t ON t.thread_id = p.thread_id"
+            + ((" WHERE " + " AND ".join(where)) if where else "")
+            + f" ORDER BY {o}.created_at, {o}.thread_id, {o}.interrupt_id LIMIT ?"
+        )
+        params.append(max(filter.limit, 0))
+        return sql, params
+
+    def delete_thread(self, thread_id: str) -> bool:
+        with self._transaction(write=True) as conn:
+            existed = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount > 0
+            for table in ("events", "pending", "pending_tools", "runs"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+        return existed
+
+    # Run liveness (rule 9) ---------------------------------------------------------------
+    def claim_run(self, thread_id: str, run_id: str) -> None:
+        now = time.time()
+        with self._transaction(write=True) as conn:
+            owner_id = self._owner_id
+            self._renew_owner(conn, now)
+            rows = conn.execute(_RUNS_SQL, (thread_id,)).fetchall()
+            dead = [(thread_id, run) for run, *owner in rows if not self._owner_alive(now, *owner)]
+            conn.executemany("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", dead)
+            conn.execute(
+                "INSERT INTO runs (thread_id, run_id, owner_id, claimed_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_id = excluded.owner_id, "
+                "claimed_at = excluded.claimed_at",
+                (thread_id, run_id, owner_id, now),
+            )
+            conn.execute(
+                "DELETE FROM run_owners WHERE expires_at < ? AND owner_id NOT IN (SELECT owner_id FROM runs)",
+                (now,),
+            )
+        with self._runs_lock:
+            self._claimed.add((thread_id, run_id))
+            if self._heartbeat is None or not self._heartbeat.is_alive():
+                self._heartbeat = threading.Thread(
+                    target=self._renew_leases, name="handrail-sqlite-lease", daemon=True
+                )
+                self._heartbeat.start()
+
+    def release_run(self, thread_id: str, run_id: str) -> None:
+        with self._runs_lock:
+            self._claimed.discard((thread_id, run_id))
+        with self._transaction(write=True) as conn:
+            conn.execute("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
+
+    def runs_alive(self, thread_id: str) -> set[str]:
+        now = time.time()
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(_RUNS_SQL, (thread_id,)).fetchall()
+        return {run for run, *owner in rows if self._owner_alive(now, *owner)}
+
+    @staticmethod
+    def _owner_alive(now: float, pid: int | None, host: str | None, expires_at: float | None) -> bool:
+        if pid is None or expires_at is None or expires_at <= now:
+            return False
+        return host != host_identity() or pid_exists(pid)
+
+    def _renew_owner(self, conn: sqlite3.Connection, now: float) -> None:
+        conn.execute(
+            "INSERT INTO run_owners (owner_id, pid, host, expires_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (owner_id) DO UPDATE SET expires_at = excluded.expires_at",
+            (self._owner_id, os.getpid(), host_identity(), now + self.lease_seconds),
+        )
+
+    def _renew_leases(self) -> None:
+        """The heartbeat: renew this process's lease while it has claimed runs."""
+        while not self._stop.wait(self.lease_seconds / 3):
+            with self._runs_lock:
+                if not self._claimed or os.getpid() != self._pid:
+                    self._heartbeat = None
+                    return
+            try:
+                with self._transaction(write=True) as conn:
+                    self._renew_owner(conn, time.time())
+            except Exception:
+                log.warning("could not renew the run lease in %s", self.path, exc_info=True)
+
+    # Reading rows --------------------------------------------------------------------------
+    def _records(self, conn: sqlite3.Connection, clause: str, params: Sequence[Any]) -> list[ThreadRecord]:
+        rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM threads {clause}", params).fetchall()
+        with_pending = [row[0] for row in rows if row[7]]
+        pending: dict[str, list[PendingReview]] = {}
+        for start in range(0, len(with_pending), 500):
+            chunk = with_pending[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            for row in conn.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending AS p WHERE p.thread_id IN ({marks}) "
+                "ORDER BY p.thread_id, p.position",
+                chunk,
+            ):
+                pending.setdefault(row[0], []).append(pending_from_row(*row))
+        return [_record(row, pending.get(row[0], ())) for row in rows]
+
+
+def _record(row: Sequence[Any], pending: Sequence[PendingReview]) -> ThreadRecord:
+    thread_id, head_seq, status, epoch, created_at, updated_at, metadata = row[:7]
+    return record_from_row(thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending)
+
+
+_RUNS_SQL = (
+    "SELECT r.run_id, o.pid, o.host, o.expires_at FROM runs AS r "
+    "LEFT JOIN run_owners AS o ON o.owner_id = r.owner_id WHERE r.thread_id = ?"
+)
+
+
+def _pending_rows(
+    thread_id: str, pending: Sequence[PendingReview]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    rows: list[tuple[Any, ...]] = []
+    tools: list[tuple[Any, ...]] = []
+    for position, review in enumerate(pending):
+        names = encode_tools(review.tools)
+        rows.append(
+            (
+                thread_id,
+                review.interrupt_id,
+                position,
+                review.kind,
+                orjson.dumps(names),
+                review.created_at,
+                review.payload,
+            )
+        )
+        tools += [(name, review.created_at, thread_id, review.interrupt_id) for name in dict.fromkeys(names)]
+    return rows, tools
+
+
+class SqliteSaver(_SqliteStore):
+    """Keeps threads in one SQLite file; safe to share between threads and processes.
+
+    ``conn`` is a path (the file is created when missing), ``":memory:"``, or an open
+    ``sqlite3.Connection`` (used as the only connection, behind a lock). The schema is
+    created or migrated when the saver opens.
+
+    Options: ``lease_seconds`` - how long a claimed run stays alive without its
+    process renewing it (rule 9; on one host a dead process is also seen at once);
+    ``timeout`` - how long to wait for another writer's lock; ``synchronous`` - SQLite's
+    durability setting (``"FULL"`` survives power loss; ``"NORMAL"`` survives a crash
+    of the process and is faster).
+
+    Example::
+
+        saver = SqliteSaver("threads.db")
+        agent = create_agent(model, tools, middleware=[...], checkpointer=saver)
+        ...
+        saver.close()
+    """
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str | os.PathLike[str], **options: Any) -> SqliteSaver:
+        """Open a saver on a file path; also a context manager that closes it.
+
+        Example::
+
+            with SqliteSaver.from_conn_string("threads.db") as saver:
+                ...
+        """
+        return cls(conn_string, **options)
+
+    def __enter__(self) -> SqliteSaver:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def setup(self) -> None:
+        """Create or migrate the schema; idempotent and safe from many processes at once.
+
+        The saver does this when it opens. Migrations newer than the stored
+        ``schema_version`` run in order, all in one transaction under the write lock. A
+        database written by a newer handrail (a version this one does not know) raises
+        ConfigurationError.
+        """
+        self._migrate()
+
+
+class AsyncSqliteSaver(_SqliteStore):
+    """:class:`SqliteSaver` for asyncio code: the async twins run in worker threads.
+
+    SQLite has no asynchronous interface (aiosqlite, too, runs each connection in a
+    thread), so this saver performs each operation in a worker thread with
+    ``asyncio.to_thread``; the event loop never waits on the file. The sync methods
+    work as well. It takes the same arguments as :class:`SqliteSaver`;
+    ``from_conn_string`` gives a saver usable with ``async with``.
+
+    Example::
+
+        async with AsyncSqliteSaver.from_conn_string("threads.db") as saver:
+            agent = create_agent(model, tools, middleware=[...], checkpointer=saver)
+            await agent.ainvoke({"messages": ["hi"]}, {"configurable": {"thread_id": "t1"}})
+    """
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str | os.PathLike[str], **options: Any) -> AsyncSqliteSaver:
+        """Open a saver on a file path; also an (async) context manager that closes it."""
+        return cls(conn_string, **options)
+
+    def __enter__(self) -> AsyncSqliteSaver:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AsyncSqliteSaver:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def setup(self) -> None:
+        """Create or migrate the schema (see :meth:`SqliteSaver.setup`); done on opening."""
+        await asyncio.to_thread(self._migrate)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        await asyncio.to_thread(self.close)

@@ -1,0 +1,301 @@
+"""What only SqliteSaver has: the file, WAL, the schema versions, leases, query plans."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _stores import wait_until
+
+from handrail import AsyncSqliteSaver, SqliteSaver
+from handrail.checkpoint._records import Migration, host_identity
+from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadRecord
+from handrail.errors import ConfigurationError
+
+
+def record(thread_id: str, head: int, pending: tuple[PendingReview, ...] = ()) -> ThreadRecord:
+    return ThreadRecord(thread_id, head, "interrupted" if pending else "idle", "e", 1.0, 2.0, {}, pending)
+
+
+def events(start: int, count: int) -> list[StoredEvent]:
+    return [StoredEvent(seq, "step", float(seq), b"{}") for seq in range(start, start + count)]
+
+
+def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "threads.db"
+    with SqliteSaver(path) as saver:
+        saver.append("t", events(1, 2), expected_seq=0, record=record("t", 2))
+    assert path.exists()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"events", "threads", "pending", "pending_tools", "runs", "run_owners"} <= tables
+    with SqliteSaver.from_conn_string(path) as again:  # reopening keeps everything
+        assert [e.seq for e in again.read("t").events] == [1, 2]
+
+
+def test_from_conn_string_works_with_and_without_with(tmp_path: Path) -> None:
+    saver = SqliteSaver.from_conn_string(str(tmp_path / "a.db"))
+    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+    saver.close()
+    with SqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
+        assert saver.get_thread("t") == record("t", 1)
+    with pytest.raises(ConfigurationError, match="closed"):
+        saver.get_thread("t")
+
+
+def test_memory_and_connection_forms(tmp_path: Path) -> None:
+    with SqliteSaver(":memory:") as saver:
+        saver.append("t", events(1, 3), expected_seq=0, record=record("t", 3))
+        saver.claim_run("t", "r")
+        assert len(saver.read("t").events) == 3 and saver.runs_alive("t") == {"r"}
+    conn = sqlite3.connect(tmp_path / "c.db", check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+    assert saver.get_thread("t") == record("t", 1)
+    saver.close()
+    assert conn.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)  # the caller's, still open
+    conn.close()
+
+
+class _Extended(SqliteSaver):
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        return (
+            *super().schema_migrations(),
+            Migration(2, "labels", ("CREATE TABLE labels (thread_id TEXT, label TEXT)",)),
+            Migration(3, "label index", ("CREATE INDEX labels_by_label ON labels (label)",)),
+        )
+
+
+class _Broken(SqliteSaver):
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        return (
+            *super().schema_migrations(),
+            Migration(2, "half", ("CREATE TABLE half (x)", "CREATE TABLE nonsense (")),
+        )
+
+
+def test_migrations_apply_in_order_once(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    SqliteSaver(path).close()
+    with _Extended(path) as saver:
+        saver.setup()  # idempotent
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT version, description FROM schema_version ORDER BY version").fetchall()
+        assert [v for v, _ in rows] == [1, 2, 3] and rows[1][1] == "labels"
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'labels_by_label'").fetchone()
+    with pytest.raises(ConfigurationError, match="schema version 3, newer than this handrail knows"):
+        SqliteSaver(path)
+
+
+def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    SqliteSaver(path).close()
+    with pytest.raises(sqlite3.OperationalError):
+        _Broken(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (1,)
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'half'").fetchone() is None
+
+
+def test_many_openers_of_a_new_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    openers = 8
+    barrier = threading.Barrier(openers)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            _Extended(path).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(openers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+        ]
+
+
+def test_one_saver_shared_by_many_python_threads(tmp_path: Path) -> None:
+    saver = SqliteSaver(tmp_path / "shared.db")
+    workers, appends = 8, 25
+    barrier = threading.Barrier(workers)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        barrier.wait()
+        try:
+            for seq in range(1, appends + 1):
+                saver.append(f"t{n}", events(seq, 1), expected_seq=seq - 1, record=record(f"t{n}", seq))
+                assert saver.read(f"t{n}", after_seq=seq - 1).events == events(seq, 1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for n in range(workers):
+        assert [e.seq for e in saver.read(f"t{n}").events] == list(range(1, appends + 1))
+    saver.close()
+
+
+async def test_async_saver_as_an_async_context_manager(tmp_path: Path) -> None:
+    async with AsyncSqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
+        await saver.setup()
+        await saver.aappend("t", events(1, 2), expected_seq=0, record=record("t", 2))
+        assert (await saver.aget_thread("t")) == record("t", 2)
+        await saver.aclaim_run("t", "r")
+        assert await saver.aruns_alive("t") == {"r"}
+        assert saver.get_thread("t") == record("t", 2)  # the sync methods work too
+    with pytest.raises(ConfigurationError, match="closed"):
+        await saver.aget_thread("t")
+
+
+# Run liveness (rule 9) ----------------------------------------------------------------------------
+def _forge_owner(
+    path: Path, owner: str, pid: int, host: str, expires_at: float, thread: str, run: str
+) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO run_owners VALUES (?, ?, ?, ?)", (owner, pid, host, expires_at))
+        conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?)", (thread, run, owner, time.time()))
+
+
+def _a_dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_run_is_alive_while_its_lease_holds_and_its_process_exists(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    saver = SqliteSaver(path)
+    now = time.time()
+    here, elsewhere = host_identity(), "another-host|boot|ns"
+    _forge_owner(path, "o1", os.getpid(), here, now + 600, "t", "live")
+    _forge_owner(path, "o2", os.getpid(), here, now - 1, "t", "lapsed")
+    _forge_owner(path, "o3", _a_dead_pid(), here, now + 600, "t", "process gone")
+    _forge_owner(path, "o4", 1, elsewhere, now + 600, "t", "remote, leased")
+    _forge_owner(path, "o5", 1, elsewhere, now - 1, "t", "remote, lapsed")
+    assert saver.runs_alive("t") == {"live", "remote, leased"}
+    saver.claim_run("t", "mine")  # a claim also forgets the dead runs of the thread
+    with sqlite3.connect(path) as conn:
+        runs = {row[0] for row in conn.execute("SELECT run_id FROM runs WHERE thread_id = 't'")}
+    assert runs == {"live", "remote, leased", "mine"}
+    saver.close()
+
+
+def test_the_heartbeat_renews_the_lease(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    saver = SqliteSaver(path, lease_seconds=1.0)  # renewed every third of a second
+
+    def expiry() -> float:
+        with sqlite3.connect(path) as conn:
+            row = conn.execute("SELECT expires_at FROM run_owners").fetchone()
+            return float(row[0])
+
+    saver.claim_run("t", "r")
+    first = expiry()
+    wait_until(lambda: expiry() > first, "the heartbeat to renew the lease")
+    wait_until(lambda: time.time() > first, "the first lease to have run out")
+    assert saver.runs_alive("t") == {"r"}  # renewed, so still alive
+    saver.release_run("t", "r")
+    assert saver.runs_alive("t") == set()
+    saver.close()
+
+
+def test_close_gives_up_the_processes_runs(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    saver, other = SqliteSaver(path), SqliteSaver(path)
+    saver.claim_run("t", "r")
+    assert other.runs_alive("t") == {"r"}
+    saver.close()
+    assert other.runs_alive("t") == set()
+    other.close()
+
+
+def test_a_killed_process_holds_no_run(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    script = (
+        "import sys; from handrail import SqliteSaver\n"
+        f"saver = SqliteSaver({str(path)!r})\n"
+        "saver.claim_run('t', 'doomed'); print('claimed', flush=True); sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"claimed\n"
+    saver = SqliteSaver(path)
+    assert saver.runs_alive("t") == {"doomed"}
+    child.kill()
+    child.wait()
+    assert saver.runs_alive("t") == set()  # gone with its process, without waiting for the lease
+    saver.close()
+
+
+# The inbox is answered from indexes ---------------------------------------------------------------
+def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
+    path = tmp_path / "big.db"
+    saver = SqliteSaver(path)
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO threads VALUES (?, 1, 'interrupted', 'e', 0, ?, x'7b7d', 1)",
+            [(f"t{n:05d}", float(n)) for n in range(5000)],
+        )
+        conn.executemany(
+            "INSERT INTO pending VALUES (?, ?, 0, ?, ?, ?, x'7b7d')",
+            [
+                (
+                    f"t{n:05d}",
+                    f"i{n}",
+                    "interrupt" if n % 7 else "outcome_unknown",
+                    f'["tool{n % 13}"]',
+                    float(n),
+                )
+                for n in range(5000)
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO pending_tools VALUES (?, ?, ?, ?)",
+            [(f"tool{n % 13}", float(n), f"t{n:05d}", f"i{n}") for n in range(5000)],
+        )
+        conn.execute("ANALYZE")
+    filters = [
+        PendingFilter(),
+        PendingFilter(tool="tool3"),
+        PendingFilter(kind="outcome_unknown"),
+        PendingFilter(thread_id="t00042"),
+        PendingFilter(older_than=10.0, after=(100.0, "t00100", "i100")),
+        PendingFilter(tool="tool3", after=(100.0, "t00100", "i100"), metadata={"a": 1}),
+    ]
+    with saver._connection() as conn:  # it knows handrail's SQL functions
+        for filter in filters:
+            sql, params = saver._pending_query(filter, time.time())
+            plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            # every step over the inbox tables walks an index, in page order (no sort)
+            steps = [step for step in plan if step.split()[1:2] in (["p"], ["o"])]
+            assert steps and all(" USING " in step for step in steps), (filter, plan)
+            if filter.thread_id is None:  # one thread's few reviews may be sorted in memory
+                assert not any("TEMP B-TREE" in step for step in plan), (filter, plan)
+    assert [i.review.interrupt_id for i in saver.list_pending(PendingFilter(tool="tool3", limit=3))] == [
+        "i3",
+        "i16",
+        "i29",
+    ]
+    saver.close()
