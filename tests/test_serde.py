@@ -182,3 +182,18 @@ def test_the_compression_dictionary_of_format_v1_never_changes() -> None:
 
     digest = hashlib.sha256(_ZDICT_V1).hexdigest()
     assert digest == "3b2327779d3ee024024f8431052eaab64495cbc34ace4519a39510b5db792667"
+
+
+def test_a_damaged_inbox_entry_names_the_thread_and_interrupt(make_agent: AgentFactory) -> None:
+    from dataclasses import replace
+
+    agent = make_agent([turn(call("write_file", path="a", content="b"))])
+    agent.invoke({"messages": "go"}, config())
+    store = agent.checkpointer
+    record = store._records["t1"]  # type: ignore[union-attr]
+    (pending,) = record.pending
+    store._records["t1"] = replace(record, pending=(replace(pending, payload=b"\x80"),))  # type: ignore[union-attr]
+    with pytest.raises(
+        SerializationError, match=f"thread 't1', pending interrupt {pending.interrupt_id}: not valid"
+    ):
+        agent.list_interrupts()

@@ -628,7 +628,12 @@ def _page(items: list[Any], limit: int) -> InterruptPage:
         PendingInterrupt(
             thread_id=item.thread_id,
             interrupt=Interrupt(
-                value=loads(item.review.payload, thread_id=item.thread_id), id=item.review.interrupt_id
+                value=loads(
+                    item.review.payload,
+                    thread_id=item.thread_id,
+                    record=f"pending interrupt {item.review.interrupt_id}",
+                ),
+                id=item.review.interrupt_id,
             ),
             kind=item.review.kind,
             tools=item.review.tools,

@@ -138,10 +138,17 @@ def dumps(value: Any, *, where: str = "value") -> bytes:
         raise SerializationError(f"cannot store {where}: {reason}") from None
 
 
-def loads(payload: bytes | str, *, thread_id: str | None = None, seq: int | None = None) -> Any:
+def loads(
+    payload: bytes | str,
+    *,
+    thread_id: str | None = None,
+    seq: int | None = None,
+    record: str | None = None,
+) -> Any:
     """Load JSON bytes written by :func:`dumps`, rebuilding registered types.
 
-    Any problem raises :class:`SerializationError` naming the thread and record.
+    Any problem raises :class:`SerializationError` naming the thread and the record
+    (``record`` describes it when it is not an event number, e.g. a pending interrupt).
     """
     try:
         return _revive(orjson.loads(payload))
@@ -151,7 +158,8 @@ def loads(payload: bytes | str, *, thread_id: str | None = None, seq: int | None
         reason = str(exc)
     except RecursionError:
         reason = "nested too deeply"
-    where = f"thread {thread_id!r}, record {seq}" if thread_id is not None else f"record {seq}"
+    what = record if record is not None else f"record {seq}"
+    where = f"thread {thread_id!r}, {what}" if thread_id is not None else what
     raise SerializationError(f"cannot load {where}: {reason}", thread_id=thread_id, seq=seq) from None
 
 
