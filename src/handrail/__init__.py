@@ -49,7 +49,7 @@ from handrail.middleware import (
 from handrail.models import ChatModel, ScriptedModel, init_chat_model
 from handrail.runtime.context import Runtime, ToolRuntime, get_stream_writer, interrupt
 from handrail.tools import Tool, tool
-from handrail.types import Command, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
+from handrail.types import AuditEntry, Command, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
 
 if TYPE_CHECKING:
     from handrail.checkpoint.postgres import AsyncPostgresSaver as AsyncPostgresSaver
@@ -68,6 +68,7 @@ __all__ = [
     "AnyMessage",
     "ApproveDecision",
     "AsyncSqliteSaver",
+    "AuditEntry",
     "BaseCheckpointSaver",
     "BaseMessage",
     "ChatModel",

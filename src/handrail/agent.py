@@ -27,11 +27,11 @@ from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
-from handrail.runtime import loop, reading
+from handrail.runtime import loop, maintenance, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
-from handrail.types import GraphOutput, Interrupt, RunnableConfig, StateSnapshot
+from handrail.types import AuditEntry, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
 
 __all__ = ["Agent", "InterruptPage", "PendingInterrupt", "create_agent"]
 
@@ -497,6 +497,43 @@ class Agent:
         return self._store_or_raise().list_threads(
             ThreadFilter(metadata=metadata, status=status, limit=limit, offset=offset)
         )
+
+    def prune_thread(self, thread_id: str, *, keep_last: int = 20) -> int:
+        """Drop old checkpoints of a thread, keeping its state and its whole audit trail.
+
+        The newest ``keep_last`` checkpoints stay available to ``get_state_history`` and
+        time travel; older ones are gone, and the oldest one kept holds the state at that
+        point. Every review request, answer and tool run stays in ``get_audit_trail``.
+        Safe while the thread runs elsewhere. Returns how many events were dropped.
+
+        Example::
+
+            agent.prune_thread("some_id", keep_last=20)
+        """
+        env, _ = self._reader({"configurable": {"thread_id": thread_id}})
+        dropped: int = drive_sync(maintenance.prune(env, keep_last), env)
+        return dropped
+
+    async def aprune_thread(self, thread_id: str, *, keep_last: int = 20) -> int:
+        """Async :meth:`prune_thread`."""
+        env, _ = self._reader({"configurable": {"thread_id": thread_id}})
+        dropped: int = await drive_async(maintenance.prune(env, keep_last), env)
+        return dropped
+
+    def get_audit_trail(self, config: RunnableConfig) -> list[AuditEntry]:
+        """Who was asked what, who answered what and when, and what actually ran.
+
+        Read from the thread's log itself, oldest first; pruning never removes it.
+        """
+        env, _ = self._reader(config)
+        entries: list[AuditEntry] = drive_sync(maintenance.audit_trail(env), env)
+        return entries
+
+    async def aget_audit_trail(self, config: RunnableConfig) -> list[AuditEntry]:
+        """Async :meth:`get_audit_trail`."""
+        env, _ = self._reader(config)
+        entries: list[AuditEntry] = await drive_async(maintenance.audit_trail(env), env)
+        return entries
 
     def delete_thread(self, thread_id: str) -> bool:
         """Delete a thread and its whole log; return whether it existed."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, NotRequired, TypedDict
+from datetime import datetime
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 __all__ = [
+    "AuditEntry",
     "Command",
     "Configurable",
     "GraphOutput",
@@ -96,3 +98,34 @@ class StateSnapshot(NamedTuple):
     created_at: str | None
     parent_config: RunnableConfig | None
     interrupts: tuple[Interrupt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One line of a thread's audit trail (``Agent.get_audit_trail``).
+
+    ``event`` is what happened:
+
+    * ``"review_requested"`` - an interrupt was raised: ``value`` is what was asked
+      (for the human-in-the-loop middleware a ``HITLRequest``), ``kind`` is
+      ``"interrupt"`` or ``"outcome_unknown"``;
+    * ``"answered"`` - ``value`` is the answer given to ``interrupt_id``, ``reviewer``
+      who gave it (from ``config["configurable"]["reviewer"]``);
+    * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit),
+      ``proposed`` is the call as the model proposed it;
+    * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with.
+    """
+
+    thread_id: str
+    seq: int
+    at: datetime
+    event: Literal["review_requested", "answered", "tool_started", "tool_finished"]
+    interrupt_id: str | None = None
+    kind: str | None = None
+    value: Any = None
+    reviewer: Any = None
+    tool_call_id: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    proposed: dict[str, Any] | None = None
+    result: Any = None

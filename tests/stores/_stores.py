@@ -428,6 +428,12 @@ class KillingSaver(BaseCheckpointSaver):
         result: bool = self.inner.delete_thread(thread_id)
         return result
 
+    def prune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        result: int = self.inner.prune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
+        return result
+
     def claim_run(self, thread_id: str, run_id: str) -> None:
         self.inner.claim_run(thread_id, run_id)
 

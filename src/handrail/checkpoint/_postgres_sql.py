@@ -273,6 +273,24 @@ class Queries:
             ]
             raise conflict(thread_id, expected_seq, found.rows[0][0] if found.rows else 0)
 
+    def prune(
+        self, thread_id: str, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> Op[int]:
+        replaced, dropped = yield [
+            Query(
+                f"UPDATE {self.events} SET kind = %s, created_at = %s, payload = %s "
+                "WHERE thread_id = %s AND seq = %s",
+                (snapshot.kind, snapshot.created_at, snapshot.payload, thread_id, upto_seq),
+            ),
+            Query(
+                f"DELETE FROM {self.events} WHERE thread_id = %s AND seq < %s AND NOT (kind = ANY(%s))",
+                (thread_id, upto_seq, sorted(keep_kinds)),
+            ),
+        ]
+        if replaced.rowcount != 1:
+            raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
+        return dropped.rowcount
+
     def delete_thread(self, thread_id: str) -> Op[bool]:
         tables = (self.events, self.pending, self.pending_tools, self.runs)
         results = yield [

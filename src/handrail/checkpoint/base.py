@@ -15,6 +15,9 @@ The whole protocol:
     The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
 ``get_thread``, ``list_threads``, ``list_pending``, ``delete_thread``
     The cross-thread views the reviewers' inbox is built on.
+``prune(thread_id, upto_seq=, snapshot=, keep_kinds=)``
+    Compact old history: drop the events before ``upto_seq`` whose kind is not in
+    ``keep_kinds`` and put ``snapshot`` in place of event ``upto_seq``, atomically.
 ``claim_run``, ``release_run``, ``runs_alive``
     Which runs are alive, so a tool call left unfinished by a dead run can be told
     apart from one still running (SPEC rule 9).
@@ -168,6 +171,17 @@ class BaseCheckpointSaver(ABC):
         """Delete a thread and its log; return whether it existed."""
 
     @abstractmethod
+    def prune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        """Replace event ``upto_seq`` by ``snapshot`` and drop older events not in ``keep_kinds``.
+
+        One transaction; returns how many events were dropped. Raises ``ValueError`` when the
+        thread has no event ``upto_seq``. Events after ``upto_seq`` and the thread record are
+        left alone, so pruning never conflicts with a run appending at the head.
+        """
+
+    @abstractmethod
     def claim_run(self, thread_id: str, run_id: str) -> None:
         """Mark ``run_id`` as alive while it may run tools of ``thread_id``."""
 
@@ -212,6 +226,14 @@ class BaseCheckpointSaver(ABC):
     async def adelete_thread(self, thread_id: str) -> bool:
         """Async :meth:`delete_thread`."""
         return await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def aprune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        """Async :meth:`prune`."""
+        return await asyncio.to_thread(
+            lambda: self.prune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
+        )
 
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
         """Async :meth:`claim_run`."""

@@ -70,9 +70,12 @@ class InMemorySaver(BaseCheckpointSaver):
         with self._lock:
             record = self._records.get(thread_id)
             log = self._events.get(thread_id, [])
-            # seq n sits at index n - 1: slicing is O(events returned)
-            end = len(log) if upto_seq is None else max(0, min(upto_seq, len(log)))
-            return ThreadRead(record=record, events=log[max(after_seq, 0) : end])
+            if not log or log[0].seq == 1:
+                # an unpruned log: seq n sits at index n - 1, slicing is O(events returned)
+                end = len(log) if upto_seq is None else max(0, min(upto_seq, len(log)))
+                return ThreadRead(record=record, events=log[max(after_seq, 0) : end])
+            top = upto_seq if upto_seq is not None else log[-1].seq
+            return ThreadRead(record=record, events=[e for e in log if after_seq < e.seq <= top])
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         with self._lock:
@@ -117,6 +120,18 @@ class InMemorySaver(BaseCheckpointSaver):
             self._runs.pop(thread_id, None)
             return self._records.pop(thread_id, None) is not None
 
+    def prune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        with self._lock:
+            log = self._events.get(thread_id, [])
+            position = next((i for i, e in enumerate(log) if e.seq == upto_seq), None)
+            if position is None or snapshot.seq != upto_seq:
+                raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
+            kept = [e for e in log[:position] if e.kind in keep_kinds]
+            self._events[thread_id] = [*kept, snapshot, *log[position + 1 :]]
+            return position - len(kept)
+
     def claim_run(self, thread_id: str, run_id: str) -> None:
         with self._lock:
             self._runs.setdefault(thread_id, set()).add(run_id)
@@ -158,6 +173,11 @@ class InMemorySaver(BaseCheckpointSaver):
 
     async def adelete_thread(self, thread_id: str) -> bool:
         return self.delete_thread(thread_id)
+
+    async def aprune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        return self.prune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
 
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
         self.claim_run(thread_id, run_id)

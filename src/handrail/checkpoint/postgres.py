@@ -337,6 +337,13 @@ class PostgresSaver(BaseCheckpointSaver):
     def delete_thread(self, thread_id: str) -> bool:
         return self._run(self._queries.delete_thread(thread_id))
 
+    def prune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        if snapshot.seq != upto_seq:
+            raise ValueError(f"the snapshot must take the place of event {upto_seq}")
+        return self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
+
     def claim_run(self, thread_id: str, run_id: str) -> None:
         key = self._hold_owner_lock()
         self._run(self._queries.claim_run(thread_id, run_id, key))
@@ -555,6 +562,13 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
     async def adelete_thread(self, thread_id: str) -> bool:
         return await self._run(self._queries.delete_thread(thread_id))
 
+    async def aprune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        if snapshot.seq != upto_seq:
+            raise ValueError(f"the snapshot must take the place of event {upto_seq}")
+        return await self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
+
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
         key = await self._hold_owner_lock()
         await self._run(self._queries.claim_run(thread_id, run_id, key))
@@ -632,6 +646,13 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
 
     def delete_thread(self, thread_id: str) -> bool:
         return self._call(lambda: self.adelete_thread(thread_id))
+
+    def prune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        return self._call(
+            lambda: self.aprune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
+        )
 
     def claim_run(self, thread_id: str, run_id: str) -> None:
         self._call(lambda: self.aclaim_run(thread_id, run_id))

@@ -516,6 +516,26 @@ class _SqliteStore(BaseCheckpointSaver):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
         return existed
 
+    def prune(
+        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
+    ) -> int:
+        if snapshot.seq != upto_seq:
+            raise ValueError(f"the snapshot must take the place of event {upto_seq}")
+        kinds = sorted(keep_kinds)
+        marks = ", ".join("?" * len(kinds)) or "NULL"
+        with self._transaction(write=True) as conn:
+            replaced = conn.execute(
+                "UPDATE events SET kind = ?, created_at = ?, payload = ? WHERE thread_id = ? AND seq = ?",
+                (snapshot.kind, snapshot.created_at, snapshot.payload, thread_id, upto_seq),
+            ).rowcount
+            if replaced != 1:
+                raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
+            dropped: int = conn.execute(
+                f"DELETE FROM events WHERE thread_id = ? AND seq < ? AND kind NOT IN ({marks})",
+                (thread_id, upto_seq, *kinds),
+            ).rowcount
+        return dropped
+
     # Run liveness (rule 9) ---------------------------------------------------------------
     def claim_run(self, thread_id: str, run_id: str) -> None:
         now = time.time()

@@ -23,9 +23,13 @@ stored zlib-compressed against a preset dictionary of the strings events repeat
 (marked by a leading ``0x02`` byte; JSON never starts so). The dictionary is part of
 the storage format: it is never edited, only superseded by a new marker byte.
 ``branch``        time travel: the state goes back to the fold at ``{"from_seq"}``
+``snapshot``      left by pruning in place of an old checkpoint: ``{"state"}`` is the whole
+                  fold at that point. A reading starts at the last snapshot; the events
+                  before it that pruning kept (interrupts, resumes, tool runs) are the
+                  audit trail and are not folded again.
 
-``input``, ``step``, ``update`` and ``branch`` are checkpoints: positions a caller can
-name with a ``checkpoint_id``.
+``input``, ``step``, ``update``, ``branch`` and ``snapshot`` are checkpoints: positions a
+caller can name with a ``checkpoint_id``.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.serde import dumps, loads
 from handrail.errors import SerializationError
 
-__all__ = ["CHECKPOINT_KINDS", "EVENT_KINDS", "Event", "decode_event", "encode_event"]
+__all__ = ["AUDIT_KINDS", "CHECKPOINT_KINDS", "EVENT_KINDS", "Event", "decode_event", "encode_event"]
 
 EVENT_KINDS = frozenset(
-    {"input", "step", "update", "interrupt", "resume", "tool_started", "tool_finished", "branch"}
+    {"input", "step", "update", "interrupt", "resume", "tool_started", "tool_finished", "branch", "snapshot"}
 )
-CHECKPOINT_KINDS = frozenset({"input", "step", "update", "branch"})
+CHECKPOINT_KINDS = frozenset({"input", "step", "update", "branch", "snapshot"})
+AUDIT_KINDS = frozenset({"interrupt", "resume", "tool_started", "tool_finished"})
+"""The events pruning keeps: every review request, answer and tool run."""
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "input": ("values", "next"),
@@ -54,6 +60,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "tool_started": ("task", "name"),
     "tool_finished": ("message",),
     "branch": ("from_seq",),
+    "snapshot": ("state",),
 }
 
 

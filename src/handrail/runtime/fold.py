@@ -64,6 +64,7 @@ class ThreadFold:
         "_message_index",
         "answered_ids",
         "answers",
+        "base_seq",
         "checkpoint_at",
         "checkpoint_count",
         "checkpoint_kind",
@@ -112,6 +113,7 @@ class ThreadFold:
         self.last_step: str | None = None
         self.epoch = ""
         self.metadata: dict[str, Any] = {}
+        self.base_seq = 0  # the snapshot a reading started from; older checkpoints were pruned
 
     # Reading --------------------------------------------------------------------
     @property
@@ -329,6 +331,94 @@ class ThreadFold:
 
     def _apply_branch(self, data: dict[str, Any], event: Event) -> None:
         raise ValueError("branch events are applied by the loader, which refolds the log")
+
+    def _apply_snapshot(self, data: dict[str, Any], event: Event) -> None:
+        raise ValueError("snapshot events start a reading; the loader begins there")
+
+    # Snapshots (left by pruning) ---------------------------------------------------------
+    def to_snapshot(self) -> dict[str, Any]:
+        """Everything a reading holds, as JSON-able data for a ``snapshot`` event."""
+
+        def record(r: InterruptRecord) -> dict[str, Any]:
+            return {
+                "id": r.id,
+                "step": r.step,
+                "task": r.task,
+                "index": r.index,
+                "kind": r.kind,
+                "value": r.value,
+                "source": r.source,
+                "seq": r.seq,
+                "created_at": r.created_at,
+            }
+
+        return {
+            "values": self.values,
+            "next": list(self.next),
+            "metadata": self.metadata,
+            "created_at": self.created_at,
+            "checkpoints": self.checkpoint_count,
+            "last_step": self.last_step,
+            "pending": [r.id for r in self.pending.values()],
+            "step_interrupts": [record(r) for r in self.step_interrupts.values()],
+            "answers": self.answers,
+            "answered_ids": sorted(self.answered_ids),
+            "superseded_ids": sorted(self.superseded_ids),
+            "task_results": list(self.task_results.values()),
+            "started": [
+                {
+                    "task": s.task,
+                    "name": s.name,
+                    "args": s.args,
+                    "run_id": s.run_id,
+                    "idempotent": s.idempotent,
+                    "seq": s.seq,
+                }
+                for s in self.started.values()
+            ],
+        }
+
+    @classmethod
+    def from_snapshot(cls, thread_id: str, reducers: Mapping[str, Reducer], event: Event) -> ThreadFold:
+        """The reading a ``snapshot`` event holds, positioned at that event."""
+        fold = cls(thread_id, reducers)
+        try:
+            state = event.data["state"]
+            fold.values = dict(state["values"])
+            messages = fold.values.setdefault("messages", [])
+            if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
+                raise TypeError("the snapshot's messages must be a list of messages")
+            fold._message_index = {m.id: i for i, m in enumerate(messages) if m.id is not None}
+            fold.next = _as_next(state["next"])
+            fold.metadata = dict(state["metadata"])
+            fold.created_at = float(state["created_at"])
+            fold.checkpoint_count = int(state["checkpoints"])
+            fold.last_step = state.get("last_step")
+            interrupts = [
+                InterruptRecord(**{**r, "index": int(r["index"]), "seq": int(r["seq"])})
+                for r in state["step_interrupts"]
+            ]
+            fold.step_interrupts = {r.id: r for r in interrupts}
+            fold.pending = {i: fold.step_interrupts[i] for i in state["pending"]}
+            fold.answers = dict(state["answers"])
+            fold.answered_ids = set(state["answered_ids"])
+            fold.superseded_ids = set(state["superseded_ids"])
+            results = state["task_results"]
+            if not all(isinstance(m, ToolMessage) for m in results):
+                raise TypeError("the snapshot's tool results must be ToolMessages")
+            fold.task_results = {m.tool_call_id: m for m in results}
+            fold.started = {s["task"]: StartedTool(**s) for s in state["started"]}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SerializationError(
+                f"cannot load thread {thread_id!r}, record {event.seq}: damaged snapshot "
+                f"({type(exc).__name__}: {exc})",
+                thread_id=thread_id,
+                seq=event.seq,
+            ) from None
+        fold.head_seq = fold.checkpoint_seq = fold.base_seq = event.seq
+        fold.updated_at = fold.checkpoint_at = event.created_at
+        fold.checkpoint_kind = "snapshot"
+        return fold
 
     def _end_step(self, next_steps: tuple[str, ...]) -> None:
         self.next = next_steps

@@ -74,6 +74,11 @@ def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
         return fold  # the latest checkpoint: nothing to travel
     if seq is None or seq > fold.head_seq:
         raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
+    if seq < fold.base_seq:
+        raise InvalidInputError(
+            f"checkpoint {checkpoint_id!r} of thread {env.thread_id!r} was pruned; the oldest one "
+            f"left is {checkpoint_id_of(fold.base_seq)!r}"
+        )
     past = yield from load(env, upto_seq=seq)
     if past.checkpoint_seq != seq:
         raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")

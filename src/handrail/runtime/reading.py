@@ -11,7 +11,7 @@ from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from handrail.errors import InvalidInputError
+from handrail.errors import InvalidInputError, SerializationError
 from handrail.runtime import rules
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
@@ -34,7 +34,7 @@ def load(env: Env, upto_seq: int | None = None) -> Generator[Effect, Any, Thread
             read.record is not None
             and read.record.epoch == cached.epoch
             and read.record.head_seq == cached.head_seq + len(read.events)
-            and all(e.kind != "branch" for e in read.events)
+            and all(e.kind not in ("branch", "snapshot") for e in read.events)
         ):
             fold = cached.copy()
             for stored in read.events:
@@ -49,20 +49,34 @@ def load(env: Env, upto_seq: int | None = None) -> Generator[Effect, Any, Thread
 
 def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:
     """Fold a whole log (``branch`` events refold the prefix they go back to)."""
-    fold = ThreadFold(thread_id, spec.reducers)
-    for event in events:
-        if event.kind == "branch":
-            fold.adopt(fold_events(spec, thread_id, events[: branch_seq(event)]), event)
-        else:
-            fold.apply(event)
+    fold, rest = start_of(spec, thread_id, events)
+    for event in rest:
+        advance(spec, fold, events, event)
     return fold
 
 
-def branch_seq(event: Event) -> int:
-    seq = event.data["from_seq"]
-    if not isinstance(seq, int) or not 0 < seq < event.seq:
-        raise ValueError(f"branch event {event.seq} points at {seq!r}")
-    return seq
+def start_of(spec: AgentSpec, thread_id: str, events: list[Event]) -> tuple[ThreadFold, list[Event]]:
+    """Where a reading starts: the last snapshot (if pruning left one) and the events after it."""
+    last = max((i for i, e in enumerate(events) if e.kind == "snapshot"), default=None)
+    if last is None:
+        return ThreadFold(thread_id, spec.reducers), events
+    return ThreadFold.from_snapshot(thread_id, spec.reducers, events[last]), events[last + 1 :]
+
+
+def advance(spec: AgentSpec, fold: ThreadFold, events: list[Event], event: Event) -> None:
+    """Apply one event; a ``branch`` refolds the log up to the checkpoint it goes back to."""
+    if event.kind != "branch":
+        fold.apply(event)
+        return
+    target = event.data["from_seq"]
+    if not isinstance(target, int) or not fold.base_seq <= target < event.seq or target == 0:
+        raise SerializationError(
+            f"cannot load thread {fold.thread_id!r}, record {event.seq}: branch back to {target!r}, "
+            f"which is not a readable checkpoint",
+            thread_id=fold.thread_id,
+            seq=event.seq,
+        )
+    fold.adopt(fold_events(spec, fold.thread_id, [e for e in events if e.seq <= target]), event)
 
 
 def interrupts_of(pending: Mapping[str, Any]) -> tuple[Interrupt, ...]:
@@ -104,7 +118,7 @@ def history(
     wanted = seq_of_checkpoint(checkpoint_id) if checkpoint_id is not None else None
     before_seq = seq_of_checkpoint(before) if before is not None else None
     found: list[StateSnapshot] = []
-    fold = ThreadFold(env.thread_id, env.spec.reducers)
+    fold, rest = start_of(env.spec, env.thread_id, events)
 
     def capture() -> None:
         current = fold.checkpoint_seq
@@ -115,16 +129,16 @@ def history(
                 _snapshot_of(env.thread_id, fold, dict(fold.pending), current, fold.parent_checkpoint_seq)
             )
 
-    for event in events:
+    for event in rest:
         if event.kind in CHECKPOINT_KINDS:
             capture()
-        if event.kind == "branch":
-            fold.adopt(fold_events(env.spec, env.thread_id, events[: branch_seq(event)]), event)
-        else:
-            fold.apply(event)
+        advance(env.spec, fold, events, event)
     capture()
     found.reverse()
     return found[:limit] if limit is not None else found
+
+
+_SOURCES = {"input": "input", "step": "loop", "update": "update", "branch": "fork", "snapshot": "prune"}
 
 
 def _snapshot_of(
@@ -138,9 +152,7 @@ def _snapshot_of(
         if parent
         else None
     )
-    source = {"input": "input", "step": "loop", "update": "update", "branch": "fork"}.get(
-        fold.checkpoint_kind, ""
-    )
+    source = _SOURCES.get(fold.checkpoint_kind, "")
     metadata: dict[str, Any] = {
         "source": source,
         "step": fold.checkpoint_count - 1,
