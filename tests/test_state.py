@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from handrail import AIMessage, Command, HumanMessage, StateSnapshot, ToolMessage
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, InvalidInputError
 
 from _support import AgentFactory, Ledger, call, config, events_of, turn
 
@@ -283,6 +283,21 @@ def test_threads_can_be_listed_and_deleted(make_agent: AgentFactory) -> None:
     records = agent.list_threads()
     assert {r.thread_id for r in records} == {"t1", "other"}
     assert [r.thread_id for r in agent.list_threads(status="interrupted")] == ["t1"]
+    other = next(r for r in records if r.thread_id == "other")
+    updated = datetime.fromtimestamp(other.updated_at, UTC)
+    assert [r.thread_id for r in agent.list_threads(updated_after=updated - timedelta(seconds=1))][
+        0
+    ] == "other"
+    assert "other" not in [r.thread_id for r in agent.list_threads(updated_before=other.updated_at)]
+    assert len(agent.list_threads(limit=1)) == 1
+    for bad in (
+        {"status": "sleeping"},
+        {"limit": 0},
+        {"offset": -1},
+        {"updated_after": datetime(2026, 1, 1)},
+    ):
+        with pytest.raises(InvalidInputError):
+            agent.list_threads(**bad)  # type: ignore[arg-type]
     assert agent.delete_thread("t1") is True
     assert agent.delete_thread("t1") is False
     assert agent.get_state(config()).values == {"messages": []}

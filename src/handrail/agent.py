@@ -490,12 +490,38 @@ class Agent:
         *,
         metadata: Mapping[str, Any] | None = None,
         status: Literal["idle", "running", "interrupted"] | None = None,
+        updated_after: datetime | float | None = None,
+        updated_before: datetime | float | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[ThreadRecord]:
-        """The store's threads, most recently updated first."""
+        """The store's threads, most recently updated first.
+
+        Filter by thread ``metadata`` (a subset match), ``status`` (``"idle"``,
+        ``"running"`` or ``"interrupted"``) and last update time (datetimes, or epoch
+        seconds).
+
+        Example::
+
+            stale = agent.list_threads(status="interrupted", updated_before=datetime(2026, 11, 1, tzinfo=UTC))
+        """
         return self._store_or_raise().list_threads(
-            ThreadFilter(metadata=metadata, status=status, limit=limit, offset=offset)
+            _thread_filter(metadata, status, updated_after, updated_before, limit, offset)
+        )
+
+    async def alist_threads(
+        self,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        status: Literal["idle", "running", "interrupted"] | None = None,
+        updated_after: datetime | float | None = None,
+        updated_before: datetime | float | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[ThreadRecord]:
+        """Async :meth:`list_threads`."""
+        return await self._store_or_raise().alist_threads(
+            _thread_filter(metadata, status, updated_after, updated_before, limit, offset)
         )
 
     def prune_thread(self, thread_id: str, *, keep_last: int = 20) -> int:
@@ -626,6 +652,44 @@ def _checkpoint_of(config: RunnableConfig | None) -> str | None:
         return None
     value = config.get("configurable", {}).get("checkpoint_id")
     return value if isinstance(value, str) else None
+
+
+def _thread_filter(
+    metadata: Mapping[str, Any] | None,
+    status: str | None,
+    updated_after: datetime | float | None,
+    updated_before: datetime | float | None,
+    limit: int,
+    offset: int,
+) -> ThreadFilter:
+    if status not in (None, "idle", "running", "interrupted"):
+        raise InvalidInputError(f"status must be 'idle', 'running' or 'interrupted', got {status!r}")
+    if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInputError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidInputError(f"offset must be a non-negative integer, got {offset!r}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidInputError("metadata must be a dict")
+
+    def seconds(value: datetime | float | None, name: str) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise InvalidInputError(f"{name} must be an aware datetime (with a tzinfo)")
+            return value.timestamp()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise InvalidInputError(f"{name} must be a datetime or epoch seconds, got {value!r}")
+
+    return ThreadFilter(
+        metadata=metadata,
+        status=status,  # type: ignore[arg-type]
+        updated_after=seconds(updated_after, "updated_after"),
+        updated_before=seconds(updated_before, "updated_before"),
+        limit=limit,
+        offset=offset,
+    )
 
 
 def _pending_filter(
