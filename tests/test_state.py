@@ -285,9 +285,8 @@ def test_threads_can_be_listed_and_deleted(make_agent: AgentFactory) -> None:
     assert [r.thread_id for r in agent.list_threads(status="interrupted")] == ["t1"]
     other = next(r for r in records if r.thread_id == "other")
     updated = datetime.fromtimestamp(other.updated_at, UTC)
-    assert [r.thread_id for r in agent.list_threads(updated_after=updated - timedelta(seconds=1))][
-        0
-    ] == "other"
+    recent = agent.list_threads(updated_after=updated - timedelta(seconds=1))
+    assert recent[0].thread_id == "other"
     assert "other" not in [r.thread_id for r in agent.list_threads(updated_before=other.updated_at)]
     assert len(agent.list_threads(limit=1)) == 1
     for bad in (
