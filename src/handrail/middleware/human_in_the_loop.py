@@ -39,6 +39,7 @@ from handrail.errors import ConfigurationError, InvalidDecisionError
 from handrail.messages import AIMessage, ToolCall, ToolMessage
 from handrail.middleware.types import (
     AgentMiddleware,
+    AsyncToolHandler,
     ResumeContext,
     ToolCallRequest,
     ToolHandler,
@@ -335,10 +336,36 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
 
     # Applying decisions, and per-call mode --------------------------------------------
     def wrap_tool_call(self, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage:
+        outcome = self._plan(request)
+        if isinstance(outcome, ToolMessage):
+            return outcome
+        to_run, edited = outcome
+        return self._with_edit_notice(handler(to_run), edited)
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncToolHandler) -> ToolMessage:
+        outcome = self._plan(request)
+        if isinstance(outcome, ToolMessage):
+            return outcome
+        to_run, edited = outcome
+        return self._with_edit_notice(await handler(to_run), edited)
+
+    def _plan(self, request: ToolCallRequest) -> ToolMessage | tuple[ToolCallRequest, ToolCall | None]:
+        """What the decision makes of a call: a result without running it, or what to run."""
         decision = self._decision_for(request)
-        if decision is None:
-            return handler(request)
-        return self._apply(decision, request, handler)
+        if decision is None or decision["type"] == "approve":
+            return request, None
+        call = request.tool_call
+        call_id = str(call["id"])
+        if decision["type"] == "reject":
+            text = reject_message(call["name"], call_id, decision.get("message"))
+            return ToolMessage(text, tool_call_id=call_id, name=call["name"], status="error")
+        if decision["type"] == "respond":
+            return ToolMessage(
+                decision["message"], tool_call_id=call_id, name=call["name"]
+            )
+        edited = decision["edited_action"]
+        new_call = ToolCall(name=edited["name"], args=dict(edited["args"]), id=call_id, type="tool_call")
+        return request.override(tool_call=new_call, tool=self._tools.get(edited["name"])), new_call
 
     def _decision_for(self, request: ToolCallRequest) -> Decision | None:
         call = request.tool_call
@@ -361,26 +388,8 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             return None  # decisions of an earlier turn never apply to this one
         return cast("Decision | None", stored["by_call"].get(str(call["id"])))
 
-    def _apply(self, decision: Decision, request: ToolCallRequest, handler: ToolHandler) -> ToolMessage:
-        call = request.tool_call
-        call_id = str(call["id"])
-        kind = decision["type"]
-        if kind == "approve":
-            return handler(request)
-        if kind == "reject":
-            text = reject_message(call["name"], call_id, cast(RejectDecision, decision).get("message"))
-            return ToolMessage(text, tool_call_id=call_id, name=call["name"], status="error")
-        if kind == "respond":
-            return ToolMessage(
-                cast(RespondDecision, decision)["message"], tool_call_id=call_id, name=call["name"]
-            )
-        edited = cast(EditDecision, decision)["edited_action"]
-        new_call = ToolCall(name=edited["name"], args=dict(edited["args"]), id=call_id, type="tool_call")
-        result = handler(request.override(tool_call=new_call, tool=self._tools.get(edited["name"])))
-        return self._with_edit_notice(result, new_call)
-
-    def _with_edit_notice(self, result: ToolMessage, ran: ToolCall) -> ToolMessage:
-        if self.edit_notice is None:
+    def _with_edit_notice(self, result: ToolMessage, ran: ToolCall | None) -> ToolMessage:
+        if ran is None or self.edit_notice is None:
             return result
         ran_text = json.dumps(ran["args"], ensure_ascii=False, default=str)
         notice = f"{self.edit_notice}\nRan instead: {ran['name']} with args {ran_text}\n\n"
