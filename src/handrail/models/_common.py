@@ -101,16 +101,24 @@ class LazyClients(Generic[SyncClient, AsyncClient]):
                     return client
         return None
 
-    def built_sync(self) -> SyncClient | None:
-        """The sync client, if it exists."""
-        return self._sync
-
     def forget_async(self) -> AsyncClient | None:
         """Drop the running loop's async client from the cache and return it (to close it)."""
         if self.given_async is not None:
             return self.given_async
         with self._lock:
             return self._async.pop(asyncio.get_running_loop(), None)
+
+    def close(self) -> None:
+        """Close the sync client's connections, if it was built."""
+        client: Any = self._sync
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the running event loop's async client, if there is one."""
+        client: Any = self.forget_async()
+        if client is not None:
+            await client.close()
 
 
 def content_text(content: str | list[Any]) -> str:

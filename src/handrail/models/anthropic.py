@@ -179,15 +179,11 @@ class AnthropicChatModel(ChatModel):
 
     def close(self) -> None:
         """Close the sync client's connections (the async one: :meth:`aclose`)."""
-        client = self._clients.built_sync()
-        if client is not None:
-            client.close()
+        self._clients.close()
 
     async def aclose(self) -> None:
         """Close the running event loop's async client."""
-        client = self._clients.forget_async()
-        if client is not None:
-            await client.close()
+        await self._clients.aclose()
 
     # Requests ------------------------------------------------------------------------------
     def request_body(
