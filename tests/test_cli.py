@@ -1,4 +1,10 @@
-"""The ``handrail`` command: ``main()`` in process, and the installed console script."""
+"""The ``handrail`` command: ``main()`` in process, and the installed console script.
+
+Every test runs in its own temporary directory (so the demo's default ``./handrail.db``
+lands there), with ``TMPDIR`` pointing into it (so do the demo's default work directories).
+The durable side of the demo (``--db``, ``--postgres``, ``--resume``, ``--list``) is
+tested in ``test_demo_durable.py``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import select
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +25,17 @@ from handrail import __version__
 from handrail.cli import main
 
 SCRIPT = Path(sys.executable).parent / "handrail"
+
+
+@pytest.fixture(autouse=True)
+def in_a_scratch_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a scratch cwd, with temporary directories inside it too (child processes inherit both)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    return tmp_path
 
 
 def remaining_ids(workdir: Path) -> list[int]:
@@ -80,8 +98,8 @@ def test_demo_help_describes_its_flags(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["demo", "--help"]) == 0
 
     shown = capsys.readouterr().out
-    assert "--yes" in shown
-    assert "--workdir" in shown
+    for flag in ("--yes", "--workdir", "--db", "--postgres", "--resume", "--list", "--model"):
+        assert flag in shown
 
 
 @pytest.mark.parametrize(
@@ -89,6 +107,9 @@ def test_demo_help_describes_its_flags(capsys: pytest.CaptureFixture[str]) -> No
     [
         (["demo", "--bogus"], "unrecognized arguments: --bogus"),
         (["demo", "--workdir"], "argument --workdir: expected one argument"),
+        (["demo", "--db", "a.db", "--postgres", "postgresql://x"], "not allowed with argument --db"),
+        (["demo", "--resume", "demo-1", "--list"], "not allowed with argument --resume"),
+        (["demo", "--resume", " "], "--resume needs a thread id"),
         (["launch"], "invalid choice: 'launch'"),
         ([], "choose a command"),
     ],
@@ -251,5 +272,16 @@ def test_console_script_ctrl_c_at_a_prompt_exits_130_with_a_short_message(tmp_pa
 
     assert term.wait() == 130
     assert b"Interrupted." in term.seen
+    assert b"demo --resume demo-" in term.seen  # how to continue (test_demo_durable.py does)
     assert b"Traceback" not in term.seen
     assert remaining_ids(tmp_path) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_the_menu_on_a_terminal_offers_later(tmp_path: Path) -> None:
+    term = Terminal("demo", "--workdir", str(tmp_path))
+    term.read_until("Decision for write_file")
+    term.read_until("later (l)")
+    term.type("l\n")
+
+    assert term.wait() == 0
+    assert b"Left for later" in term.seen

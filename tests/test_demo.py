@@ -20,8 +20,10 @@ from handrail.demo import (
     DemoResult,
     DemoWorkspace,
     ToolOutcome,
+    find_demo_thread,
     make_demo_tools,
     run_demo,
+    waiting_demo_threads,
 )
 
 ALL_IDS = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -314,3 +316,145 @@ def test_a_finished_thread_is_shown_again_without_running_anything(console: Cons
     assert again.workspace.record_ids() == ALL_IDS
     assert [o.review for o in again.outcomes][1:3] == ["unknown", "unknown"]  # decided in another session
     assert [o.ran for o in again.outcomes][1:3] == [True, False]
+
+
+# Leaving a review for later, and picking the thread up again -----------------------------------
+def test_later_is_offered_only_when_the_thread_outlives_the_call(console: Console, tmp_path: Path) -> None:
+    kept = Answers(["l"])
+    run_demo(console, kept, checkpointer=InMemorySaver(), workdir=tmp_path / "kept")
+    lost = Answers(["a", "a"])
+    run_demo(console, lost, workdir=tmp_path / "lost")  # its own InMemorySaver: gone after the call
+
+    assert "later (l)" in kept.prompts[0]
+    assert "later" not in lost.prompts[0]
+
+
+def test_answering_later_stops_before_anything_runs_and_the_thread_waits(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
+    saver = InMemorySaver()
+
+    result = run_demo(console, Answers(["l"]), checkpointer=saver, thread_id="t-later", workdir=tmp_path)
+
+    assert result.waiting
+    assert result.final_answer == ""
+    assert [o.name for o in result.outcomes] == ["read_data"]  # only the unreviewed read ran
+    assert result.workspace.record_ids() == ALL_IDS
+    assert not (tmp_path / "old_records.csv").exists()
+    assert "waits for review" in out.getvalue()
+    snapshot = saver.get_thread("t-later")
+    assert snapshot is not None and snapshot.status == "interrupted"
+
+    again = run_demo(console, Answers(["a", "a"]), checkpointer=saver, thread_id="t-later")
+
+    assert not again.waiting
+    assert again.workspace.root == tmp_path.resolve()  # found again from the thread's metadata
+    assert again.workspace.record_ids() == RECENT_IDS
+    assert [o.review for o in again.outcomes][1:3] == ["approved", "approved"]
+
+
+def test_later_after_answering_part_of_a_review_says_those_answers_were_not_sent(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
+    saver = InMemorySaver()
+
+    result = run_demo(console, Answers(["a", "l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+
+    assert result.waiting
+    assert "were not sent" in out.getvalue()
+    assert not (tmp_path / "old_records.csv").exists()  # the approved write_file did not run
+    resumed = Answers(["r", "", "a"])
+    again = run_demo(console, resumed, checkpointer=saver, thread_id="t")
+    assert resumed.asked("Decision for write_file") == 1  # the whole review is asked again
+    assert outcome(again, "write_file").review == "rejected"
+
+
+def test_a_new_thread_records_the_demo_and_its_work_directory_in_its_metadata(
+    console: Console, tmp_path: Path
+) -> None:
+    saver = InMemorySaver()
+
+    run_demo(
+        console,
+        never_asked,
+        checkpointer=saver,
+        thread_id="t-meta",
+        workdir=tmp_path,
+        auto_approve=True,
+        metadata={"model": "openai:gpt-4o-mini"},
+    )
+
+    found = find_demo_thread(saver, "t-meta")
+    assert found is not None
+    assert (found.is_demo, found.workdir, found.model, found.status) == (
+        True,
+        tmp_path.resolve(),
+        "openai:gpt-4o-mini",
+        "idle",
+    )
+    assert find_demo_thread(saver, "no-such-thread") is None
+
+
+def test_resuming_shows_the_conversation_so_far_before_the_pending_review(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
+    saver = InMemorySaver()
+    run_demo(console, Answers(["l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+    out.truncate(0)
+    out.seek(0)
+
+    run_demo(console, Answers(["a", "a"]), checkpointer=saver, thread_id="t")
+
+    shown = out.getvalue()
+    assert "Continuing the conversation saved for this thread." in shown
+    assert shown.index("read_data -> 8 rows from records") < shown.index("Review 1 of 2: write_file")
+
+
+def test_a_work_directory_that_vanished_is_seeded_again_on_resume(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
+    saver = InMemorySaver()
+    run_demo(console, Answers(["l"]), checkpointer=saver, thread_id="t", workdir=tmp_path / "w")
+    (tmp_path / "w" / "demo.db").unlink()
+
+    result = run_demo(console, Answers(["a", "a"]), checkpointer=saver, thread_id="t")
+
+    assert "Its database was gone" in out.getvalue()
+    assert result.workspace.record_ids() == RECENT_IDS
+
+
+def test_waiting_demo_threads_lists_the_threads_left_for_later(console: Console, tmp_path: Path) -> None:
+    saver = InMemorySaver()
+    for name in ("first", "second"):
+        run_demo(console, Answers(["l"]), checkpointer=saver, thread_id=name, workdir=tmp_path / name)
+    run_demo(console, never_asked, checkpointer=saver, thread_id="done", workdir=tmp_path, auto_approve=True)
+
+    waiting = waiting_demo_threads(saver)
+
+    assert [t.thread_id for t in waiting] == ["first", "second"]
+    assert waiting[0].tools == ("write_file", "execute_sql")
+    assert waiting[0].workdir == str((tmp_path / "first").resolve())
+
+
+def test_when_another_session_answers_first_the_demo_shows_the_thread_as_it_stands(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
+    saver = InMemorySaver()
+    run_demo(console, Answers(["l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+
+    def slow_reviewer(prompt: str) -> str:
+        # While this person reads the request, someone else approves it in another session.
+        if prompt.startswith("Decision for write_file"):
+            run_demo(
+                Console(file=io.StringIO()), never_asked, checkpointer=saver, thread_id="t", auto_approve=True
+            )
+        return "a" if prompt.startswith("Decision") else ""
+
+    result = run_demo(console, slow_reviewer, checkpointer=saver, thread_id="t")
+
+    assert "Another session got there first" in out.getvalue()
+    assert not result.waiting
+    assert result.workspace.record_ids() == RECENT_IDS
+    assert "Deleted 3 rows." in result.final_answer
+    results = [m for m in result.messages if isinstance(m, ToolMessage) and m.name == "execute_sql"]
+    assert len(results) == 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +23,14 @@ def no_provider_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if name.startswith(("OPENAI_", "ANTHROPIC_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # the demo keeps its threads in ./handrail.db
+
+
+class Keyboard(io.StringIO):
+    """Typed answers on a stdin that says it is a terminal, so the demo asks instead of approving."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def test_demo_runs_on_a_model_served_over_the_openai_wire(
@@ -104,3 +114,45 @@ def test_bad_model_flags_are_one_line_errors(
     err = capsys.readouterr().err
     assert code in (1, 2)
     assert message in err and "Traceback" not in err
+
+
+def test_a_thread_started_on_a_model_resumes_on_it_without_repeating_the_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    with LLMServer() as server:
+        server.reply(
+            json_reply(
+                openai_completion("Reading.", [openai_tool_call("c1", "read_data", '{"table": "records"}')])
+            ),
+            json_reply(
+                openai_completion(
+                    "Deleting.",
+                    [
+                        openai_tool_call(
+                            "c2", "execute_sql", json.dumps({"query": "DELETE FROM records WHERE id = 8"})
+                        )
+                    ],
+                )
+            ),
+            json_reply(openai_completion("Done: deleted record 8.")),
+        )
+        monkeypatch.setattr(sys, "stdin", Keyboard("l\n"))
+        started = main(
+            ["demo", "--workdir", str(work), "--model", "openai:qwen3:8b", "--base-url", server.url + "/v1"]
+        )
+        out = capsys.readouterr().out
+        assert started == 0
+        assert "Left for later" in out
+        command = re.search(r"demo --resume (\S+)", out)
+        assert command is not None
+        assert "--model" not in out.split("demo --resume", 1)[1]  # the thread remembers its model
+
+        resumed = main(["demo", "--resume", command[1], "--yes"])
+        out = capsys.readouterr().out
+        bodies = server.bodies()
+
+    assert resumed == 0
+    assert "Model: openai:qwen3:8b" in out
+    assert "Done: deleted record 8." in out
+    assert len(bodies) == 3 and {body["model"] for body in bodies} == {"qwen3:8b"}

@@ -4,41 +4,61 @@ Subcommands:
 
 ``handrail demo``
     A scripted agent (no API key needed) wants to write a file, run a ``DELETE`` and read
-    data; you review its risky calls in the terminal. ``--yes`` approves everything,
-    ``--workdir DIR`` chooses where its files and database go, ``--model provider:name``
-    (with ``--base-url URL`` for a local OpenAI-compatible server) lets a real model
-    drive the same tools.
+    data; you review its risky calls in the terminal. Threads are kept in SQLite
+    (``./handrail.db``, or ``--db PATH``) or PostgreSQL (``--postgres DSN``), so a review
+    can wait: answer "later" (``l``) or press Ctrl-C at a review, and the demo prints the
+    command that continues it, ``handrail demo --resume THREAD_ID``, in this process or
+    any other sharing the store. ``--list`` shows the demo threads waiting for review.
+    ``--yes`` approves everything, ``--workdir DIR`` chooses where its files and
+    database go, ``--model provider:name`` (with ``--base-url URL`` for a local
+    OpenAI-compatible server) lets a real model drive the same tools.
 
-A mistake on the command line ends with one line on stderr and a non-zero exit code,
-Ctrl-C with a short message and exit code 130.
+A mistake on the command line ends with one line on stderr and exit code 2; a problem
+found while running (an unknown thread, a store that cannot be opened) with one line
+and exit code 1; Ctrl-C with a short message and exit code 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shlex
+import shutil
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
 
 from handrail import __version__
+from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
 
-__all__ = ["main"]
+__all__ = ["DEFAULT_DB", "main"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+DEFAULT_DB = Path("handrail.db")
+"""Where ``handrail demo`` keeps its threads without ``--db`` or ``--postgres`` (relative to the cwd)."""
+
+_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})
+
 
 class UsageError(Exception):
     """The command line was wrong; the message is the one line to show."""
+
+
+class StoreError(HandrailError):
+    """The demo's store cannot be used (missing, not handrail's, unreachable); one line to show."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,7 +81,8 @@ def _build_parser() -> argparse.ArgumentParser:
         description=(
             "Run a scripted agent that saves old records to a file, deletes them from a small "
             "SQLite database and reads what is left. You approve, edit, reject or answer each "
-            "risky call. No API key is needed."
+            "risky call, or leave it for later: the thread is saved, and --resume continues it "
+            "in any process that shares the store. No API key is needed."
         ),
     )
     demo.add_argument("--yes", "-y", action="store_true", help="approve every request without asking")
@@ -69,13 +90,38 @@ def _build_parser() -> argparse.ArgumentParser:
         "--workdir",
         type=Path,
         metavar="DIR",
-        help="where the demo writes its files and database (default: a new temporary directory)",
+        help="where the demo writes its files and its sample database (default: a new temporary directory; "
+        "a resumed thread uses the one it started in)",
+    )
+    store = demo.add_mutually_exclusive_group()
+    store.add_argument(
+        "--db",
+        type=Path,
+        metavar="PATH",
+        help=f"the SQLite file that keeps the demo's threads (default: ./{DEFAULT_DB})",
+    )
+    store.add_argument(
+        "--postgres",
+        metavar="DSN",
+        help="keep the threads in PostgreSQL instead, e.g. postgresql://user@host/dbname "
+        "(needs the postgres extra)",
+    )
+    which = demo.add_mutually_exclusive_group()
+    which.add_argument(
+        "--resume",
+        metavar="THREAD_ID",
+        help="continue a demo thread saved earlier: its pending reviews first, then the rest",
+    )
+    which.add_argument(
+        "--list",
+        action="store_true",
+        help="list the demo threads waiting for review in the store, then exit",
     )
     demo.add_argument(
         "--model",
         metavar="PROVIDER:NAME",
         help="let a real model drive the agent, e.g. openai:gpt-4o-mini or anthropic:claude-sonnet-4-5 "
-        "(needs its API key; default: the scripted model)",
+        "(needs its API key; default: the scripted model, or the model a resumed thread started with)",
     )
     demo.add_argument(
         "--base-url",
@@ -96,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             raise UsageError("choose a command: demo (see 'handrail --help')")
         if args.command == "demo":
-            return _demo(args)
+            return _demo(args, errors)
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:
         errors.print(f"handrail: error: {escape(str(exc))}", soft_wrap=True)
@@ -108,31 +154,225 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.print("\nInput ended before the review was finished.")
         return EXIT_FAILURE
     except (HandrailError, OSError, sqlite3.Error) as exc:
-        errors.print(f"handrail: error: {escape(str(exc) or type(exc).__name__)}", soft_wrap=True)
+        errors.print(f"handrail: error: {escape(_one_line(exc))}", soft_wrap=True)
         return EXIT_FAILURE
 
 
-def _demo(args: argparse.Namespace) -> int:
+# handrail demo ----------------------------------------------------------------------------------
+def _demo(args: argparse.Namespace, errors: Console) -> int:
     # Imported here so `handrail --help` stays fast and does not build the agent machinery.
-    from handrail.demo import run_demo
+    from handrail import demo
 
     workdir: Path | None = args.workdir
     if workdir is not None and workdir.exists() and not workdir.is_dir():
         raise UsageError(f"--workdir {str(workdir)!r} is not a directory")
-    model = _demo_model(args.model, args.base_url)
+    if args.resume is not None and not args.resume.strip():
+        raise UsageError("--resume needs a thread id (see 'handrail demo --list')")
     console = Console(highlight=False)
-    auto_approve = bool(args.yes)
-    if not auto_approve and not sys.stdin.isatty():
-        console.print("[yellow]stdin is not a terminal, so every request is approved (as with --yes).[/]")
-        auto_approve = True
+    starting = args.resume is None and not args.list
+    # A new run checks its model before anything is created: a missing key is said up front.
+    model = _demo_model(args.model, args.base_url) if starting else None
+    model_name: str | None = args.model
 
-    def ask(prompt: str) -> str:
-        return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+    with _open_store(args, existing=not starting) as (saver, where):
+        if args.list:
+            return _list_waiting(console, args, saver, where)
+        metadata: dict[str, Any] = {}
+        if starting:
+            thread_id = demo.new_thread_id()
+            if args.model is not None:
+                metadata = {"model": args.model, **({"base_url": args.base_url} if args.base_url else {})}
+        else:
+            thread_id = args.resume
+            found = demo.find_demo_thread(saver, thread_id)
+            if found is None:
+                raise StoreError(
+                    f"no thread {thread_id!r} in {where} (see '{_program()} demo --list{_store_flags(args)}')"
+                )
+            if not found.is_demo:
+                raise StoreError(f"thread {thread_id!r} in {where} was not started by 'handrail demo'")
+            # Without --model the thread goes on with the model it started with.
+            model_name = args.model or found.model
+            model = _demo_model(model_name, args.base_url or (None if args.model else found.base_url))
 
-    if model is not None:
-        console.print(f"Model: [cyan]{escape(args.model)}[/] (a real model may not follow the script)")
-    run_demo(console, ask, workdir=workdir, auto_approve=auto_approve, model=model)
+        auto_approve = bool(args.yes)
+        if not auto_approve and not sys.stdin.isatty():
+            console.print("[yellow]stdin is not a terminal, so every request is approved (as with --yes).[/]")
+            auto_approve = True
+
+        def ask(prompt: str) -> str:
+            return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+
+        if model is not None:
+            shown = escape(str(model_name))
+            console.print(f"Model: [cyan]{shown}[/] (a real model may not follow the script)")
+        try:
+            result = demo.run_demo(
+                console,
+                ask,
+                checkpointer=saver,
+                model=model,
+                thread_id=thread_id,
+                workdir=workdir,
+                auto_approve=auto_approve,
+                metadata=metadata,
+            )
+        except (KeyboardInterrupt, EOFError) as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                errors.print("\nInterrupted.")
+            else:
+                errors.print("\nInput ended before the review was finished.")
+            if _thread_saved(saver, thread_id):
+                errors.print(f"The thread is saved in {escape(where)}. To continue it:", soft_wrap=True)
+                errors.print(f"  {escape(_resume_command(args, thread_id))}", soft_wrap=True)
+            return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_FAILURE
+
+        saved = f"thread [cyan]{escape(thread_id)}[/] in {escape(where)}"
+        if result.waiting:
+            console.print(f"Left for later: {saved}.", soft_wrap=True)
+            console.print("To continue it, here or in any other terminal:")
+        else:
+            console.print(f"Saved as {saved}. To see it again:", soft_wrap=True)
+        console.print(f"  {escape(_resume_command(args, thread_id))}", soft_wrap=True)
+        return EXIT_OK
+
+
+def _list_waiting(console: Console, args: argparse.Namespace, saver: BaseCheckpointSaver, where: str) -> int:
+    from handrail.demo import waiting_demo_threads
+
+    waiting = waiting_demo_threads(saver)
+    if not waiting:
+        console.print(f"No demo thread is waiting for review in {escape(where)}.", soft_wrap=True)
+        return EXIT_OK
+    count = f"{len(waiting)} demo thread{'s' if len(waiting) != 1 else ''}"
+    console.print(f"{count} waiting for review in {escape(where)}:", soft_wrap=True)
+    for thread in waiting:
+        since = thread.since.strftime("%Y-%m-%d %H:%M UTC")
+        console.print(
+            f"  [cyan]{escape(thread.thread_id)}[/]  since {since}  {escape(', '.join(thread.tools))}",
+            soft_wrap=True,
+        )
+    console.print("To continue one:", soft_wrap=True)
+    console.print(f"  {escape(_resume_command(args, 'THREAD_ID'))}", soft_wrap=True)
     return EXIT_OK
+
+
+@contextmanager
+def _open_store(args: argparse.Namespace, *, existing: bool) -> Iterator[tuple[BaseCheckpointSaver, str]]:
+    """The saver ``--db``/``--postgres`` name, and how to name it in messages; closed afterwards.
+
+    With ``existing`` (``--resume``, ``--list``) a missing SQLite file is an error rather
+    than a new, empty store.
+    """
+    if args.postgres is not None:
+        with _open_postgres(args.postgres) as opened:
+            yield opened
+        return
+    path: Path = args.db if args.db is not None else DEFAULT_DB
+    _check_sqlite_file(path, existing=existing, flags=_store_flags(args))
+    from handrail.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver(path) as saver:
+        yield saver, str(path)
+
+
+def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
+    if path.is_dir():
+        raise UsageError(f"--db {str(path)!r} is a directory; give the path of a file")
+    if not path.exists():
+        if existing:
+            raise StoreError(
+                f"no handrail database at {str(path)!r}: start a demo first with "
+                f"'{_program()} demo{flags}', or pass the --db it used"
+            )
+        return
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)
+        try:
+            tables = {
+                str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
+    except sqlite3.DatabaseError:
+        raise StoreError(f"{str(path)!r} is not a handrail database (it is not an SQLite file)") from None
+    if tables and not tables >= _HANDRAIL_TABLES:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise StoreError(f"{str(path)!r} is not a handrail database (it holds other tables: {shown})")
+
+
+@contextmanager
+def _open_postgres(dsn: str) -> Iterator[tuple[BaseCheckpointSaver, str]]:
+    where = f"PostgreSQL ({_safe_dsn(dsn)})"
+    try:
+        import psycopg
+
+        from handrail.checkpoint.postgres import PostgresSaver
+    except ImportError:
+        raise StoreError("--postgres needs psycopg 3: pip install 'handrail[postgres]'") from None
+    try:
+        # A quick probe: the pool would retry an unreachable server for its whole timeout.
+        with psycopg.connect(dsn, connect_timeout=10, autocommit=True):
+            pass
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to {where}: {_one_line(exc)}") from None
+    try:
+        with PostgresSaver.from_conn_string(dsn, pool_size=4) as saver:
+            saver.setup()
+            yield saver, where
+    except psycopg.Error as exc:
+        raise StoreError(f"{where}: {_one_line(exc)}") from None
+
+
+def _thread_saved(saver: BaseCheckpointSaver, thread_id: str) -> bool:
+    try:
+        return saver.get_thread(thread_id) is not None
+    except Exception:  # the store itself may be what failed; then there is nothing to promise
+        return False
+
+
+def _store_flags(args: argparse.Namespace) -> str:
+    """``--db``/``--postgres`` as given, for a command line to print (empty for the default)."""
+    if args.postgres is not None:
+        return " " + shlex.join(["--postgres", args.postgres])
+    if args.db is not None:
+        return " " + shlex.join(["--db", str(args.db)])
+    return ""
+
+
+def _resume_command(args: argparse.Namespace, thread_id: str) -> str:
+    """The command that continues ``thread_id``, with the store and workdir flags given."""
+    command = f"{_program()} demo --resume {shlex.quote(thread_id)}{_store_flags(args)}"
+    if args.workdir is not None:
+        command += " " + shlex.join(["--workdir", str(args.workdir)])
+    return command
+
+
+def _program() -> str:
+    """How the person ran this command: ``handrail`` when it is on the PATH, else its path."""
+    invoked = sys.argv[0] if sys.argv else ""
+    if Path(invoked).name != "handrail":
+        return "handrail"
+    found = shutil.which("handrail")
+    try:
+        if found is not None and os.path.samefile(found, invoked):
+            return "handrail"
+    except OSError:
+        pass
+    return shlex.quote(invoked)
+
+
+def _safe_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    dsn = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", dsn)
+    return re.sub(r"(password\s*=\s*)('[^']*'|[^\s&]+)", r"\1***", dsn, flags=re.IGNORECASE)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
 
 
 def _demo_model(name: str | None, base_url: str | None) -> ChatModel | None:

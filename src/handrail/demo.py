@@ -15,7 +15,15 @@ drive the demo without a TTY: a rich :class:`~rich.console.Console` for output a
     result.final_answer
 
 The model, the checkpointer and the thread id are parameters, so the same loop serves a
-real model or a thread resumed from a durable store.
+real model or a thread resumed from a durable store. A thread started here records its
+working directory in the thread's metadata (``config["metadata"]``), so a later session,
+in any process sharing the store, finds the files again; with a checkpointer of the
+caller's, the person may also answer "later" at a review and come back to it::
+
+    with SqliteSaver("handrail.db") as saver:
+        first = run_demo(console, ask, checkpointer=saver)          # "l" at a review
+        if first.waiting:                                           # ... any time later:
+            run_demo(console, ask, checkpointer=saver, thread_id=first.thread_id)
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from rich.text import Text
 
 from handrail.agent import Agent, create_agent
 from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver
-from handrail.errors import HandrailError, InvalidDecisionError
+from handrail.errors import ConflictError, HandrailError, InvalidDecisionError
 from handrail.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from handrail.middleware import HumanInTheLoopMiddleware
 from handrail.models import ChatModel, ScriptedModel
@@ -51,18 +59,25 @@ from handrail.tools import Tool, tool
 from handrail.types import Command, GraphOutput, Interrupt, RunnableConfig
 
 __all__ = [
+    "DEMO_APP",
     "TASK",
     "Ask",
     "DemoError",
     "DemoResult",
+    "DemoThread",
     "DemoWorkspace",
+    "ReviewDeferred",
     "TerminalReviewer",
     "ToolOutcome",
+    "WaitingThread",
     "build_demo_agent",
     "demo_middleware",
+    "find_demo_thread",
     "make_demo_tools",
+    "new_thread_id",
     "run_demo",
     "scripted_demo_model",
+    "waiting_demo_threads",
 ]
 
 Ask = Callable[[str], str]
@@ -91,12 +106,25 @@ _SAMPLE_RECORDS: tuple[tuple[str, int], ...] = (
 )
 """(title, age in days): three of the eight rows are older than the 30-day cutoff."""
 
+DEMO_APP = "handrail-demo"
+"""The ``"app"`` value in the metadata of every thread the demo starts."""
+
 _DECISION_KEYS: dict[str, str] = {"approve": "a", "edit": "e", "reject": "r", "respond": "s"}
+_LATER = "later"
+_LATER_KEY = "l"
 _OUTCOME_UNKNOWN_DECISIONS = ["approve", "respond", "reject"]
 
 
 class DemoError(HandrailError):
     """The demo cannot go on (for example, the run paused for something it cannot answer)."""
+
+
+class ReviewDeferred(Exception):
+    """The person chose to answer a review later; nothing of that review was sent.
+
+    Raised by :class:`TerminalReviewer` (only when it offers "later"); :func:`run_demo`
+    catches it and returns a result with ``waiting=True``.
+    """
 
 
 # The workspace: a directory with a seeded SQLite database ------------------------------------
@@ -404,23 +432,39 @@ class _Verdict:
 class TerminalReviewer:
     """Shows review requests on ``console`` and reads decisions through ``ask``.
 
-    With ``auto_approve`` every call is approved without asking. :attr:`verdicts` records
-    what was decided for each tool call id, once handrail has accepted it.
+    With ``auto_approve`` every call is approved without asking. With ``allow_later``
+    the person may also answer "later" (``l``), which raises :class:`ReviewDeferred`
+    before anything of that review is sent. :attr:`verdicts` records what was decided for
+    each tool call id, once handrail has accepted it.
     """
 
-    def __init__(self, console: Console, ask: Ask, *, auto_approve: bool = False) -> None:
+    def __init__(
+        self, console: Console, ask: Ask, *, auto_approve: bool = False, allow_later: bool = False
+    ) -> None:
         self.console = console
         self.ask = ask
         self.auto_approve = auto_approve
+        self.allow_later = allow_later
         self.verdicts: dict[str, _Verdict] = {}
 
     def settle(self, intr: Interrupt, submit: Callable[[Any], GraphOutput]) -> GraphOutput:
-        """Answer ``intr``; when handrail refuses an edit, say why and ask again."""
+        """Answer ``intr``; when handrail refuses an edit, say why and ask again.
+
+        Raises :class:`ReviewDeferred` when the person answers "later".
+        """
         pending = _read_interrupt(intr)
         decisions: list[dict[str, Any]] = []
         for index, item in enumerate(pending.items, start=1):
             self._render(item, index, len(pending.items))
-            decisions.append(self._decide(item))
+            try:
+                decisions.append(self._decide(item))
+            except ReviewDeferred:
+                if decisions:
+                    self.console.print(
+                        "The answers you gave in this review were not sent; it is asked again, "
+                        "whole, when you continue."
+                    )
+                raise
         while True:
             try:
                 output = submit({"decisions": decisions} if pending.batched else decisions[0])
@@ -484,11 +528,15 @@ class TerminalReviewer:
 
     def _choose(self, item: _ReviewItem) -> str:
         keys = {_DECISION_KEYS.get(kind, kind): kind for kind in item.allowed}
+        if self.allow_later:
+            keys[_LATER_KEY] = _LATER
         menu = ", ".join(f"{kind} ({key})" for key, kind in keys.items())
         while True:
             answer = self.ask(f"Decision for {item.name} - {menu}:").strip().lower()
             if answer in keys:
-                return keys[answer]
+                answer = keys[answer]
+            if answer == _LATER and self.allow_later:
+                raise ReviewDeferred(item.name)
             if answer in item.allowed:
                 return answer
             self.console.print(f"Please answer one of: {', '.join(keys)}.")
@@ -611,13 +659,23 @@ class ToolOutcome:
 
 @dataclass(frozen=True, slots=True)
 class DemoResult:
-    """What a demo run did: its thread, directory, tool calls and final answer."""
+    """What a demo run did: its thread, directory, tool calls and final answer.
+
+    ``waiting`` is true when the run stopped before the end (the person answered "later",
+    or another session holds the thread): continue it with the same ``thread_id``.
+    """
 
     thread_id: str
     workspace: DemoWorkspace
     outcomes: list[ToolOutcome]
     final_answer: str
     messages: list[BaseMessage] = field(repr=False)
+    waiting: bool = False
+
+
+def new_thread_id() -> str:
+    """A fresh id for a demo thread, like ``demo-3f9a1c07``."""
+    return f"demo-{uuid.uuid4().hex[:8]}"
 
 
 def run_demo(
@@ -629,17 +687,30 @@ def run_demo(
     thread_id: str | None = None,
     workdir: Path | str | None = None,
     auto_approve: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> DemoResult:
     """Run the demo agent, answering its review requests through ``console`` and ``ask``.
 
     A ``thread_id`` that already has a conversation in ``checkpointer`` is continued
-    (pending reviews first) and its working directory is left as it is; otherwise the
-    database is seeded afresh and the task starts from the beginning.
+    (pending reviews first) in the working directory saved with the thread, unless
+    ``workdir`` names another; its files are left as they are. Otherwise the database is
+    seeded afresh, the task starts from the beginning, and the thread's metadata records
+    ``{"app": DEMO_APP, "workdir": ...}`` plus ``metadata``.
+
+    When the caller passes a ``checkpointer`` (so the thread outlives this call) the
+    person may answer "later" at a review: the run stops there and the result has
+    ``waiting=True``. A Ctrl-C at a prompt raises ``KeyboardInterrupt`` with the review
+    saved just the same.
     """
+    store = checkpointer if checkpointer is not None else InMemorySaver()
+    thread_id = thread_id or new_thread_id()
+    record = store.get_thread(thread_id)
+    if workdir is None and record is not None:
+        saved = record.metadata.get("workdir")
+        workdir = saved if isinstance(saved, str) and saved else None
     workspace = DemoWorkspace.open(workdir)
     policy = demo_middleware()
-    agent = build_demo_agent(workspace, model=model, checkpointer=checkpointer, middleware=policy)
-    thread_id = thread_id or f"demo-{uuid.uuid4().hex[:8]}"
+    agent = build_demo_agent(workspace, model=model, checkpointer=store, middleware=policy)
     config: RunnableConfig = {"configurable": {"thread_id": thread_id, "reviewer": "terminal"}}
 
     snapshot = agent.get_state(config)
@@ -649,7 +720,10 @@ def run_demo(
     if existing:
         console.print("Continuing the conversation saved for this thread.")
         if not workspace.db_path.exists():
+            console.print("[yellow]Its database was gone, so it starts again from the sample rows.[/]")
             workspace.seed()
+        console.print(f"[bold]Task:[/] {escape(_task_of(existing))}")
+        _narrate(console, existing, 0)
         if snapshot.interrupts or not snapshot.next:  # waiting for a review, or finished
             output = GraphOutput(value=snapshot.values, interrupts=snapshot.interrupts)
         else:
@@ -657,13 +731,29 @@ def run_demo(
     else:
         workspace.seed()
         console.print(f"[bold]Task:[/] {escape(TASK)}\n")
-        output = agent.invoke({"messages": [HumanMessage(TASK)]}, config, version="v2")
+        first: RunnableConfig = {
+            **config,
+            "metadata": {**(metadata or {}), "app": DEMO_APP, "workdir": str(workspace.root)},
+        }
+        output = agent.invoke({"messages": [HumanMessage(TASK)]}, first, version="v2")
 
-    reviewer = TerminalReviewer(console, ask, auto_approve=auto_approve)
+    reviewer = TerminalReviewer(console, ask, auto_approve=auto_approve, allow_later=checkpointer is not None)
     shown = _narrate(console, output.value.get("messages", []), len(existing))
+    waiting = False
     while output.interrupts:
         intr = output.interrupts[0]
-        output = reviewer.settle(intr, partial(_resume, agent, config, intr.id))
+        try:
+            output = reviewer.settle(intr, partial(_resume, agent, config, intr.id))
+        except ReviewDeferred:
+            waiting = True
+            break
+        except ConflictError as exc:
+            console.print(f"[yellow]{escape(str(exc))}[/]")
+            console.print("Another session got there first; this is the thread as it stands now.")
+            snapshot = agent.get_state(config)
+            output = GraphOutput(value=snapshot.values, interrupts=snapshot.interrupts)
+            if not snapshot.interrupts and snapshot.next:  # the other session is still running it
+                waiting = True
         shown = _narrate(console, output.value.get("messages", []), shown)
 
     messages: list[BaseMessage] = list(output.value.get("messages", []))
@@ -671,11 +761,93 @@ def run_demo(
         thread_id=thread_id,
         workspace=workspace,
         outcomes=_outcomes(messages, reviewer.verdicts, gated=set(policy.policies)),
-        final_answer=_final_text(messages),
+        final_answer="" if waiting else _final_text(messages),
         messages=messages,
+        waiting=waiting,
     )
     _summarise(console, result)
     return result
+
+
+def find_demo_thread(checkpointer: BaseCheckpointSaver, thread_id: str) -> DemoThread | None:
+    """What the store knows of ``thread_id`` (one indexed read), or None if it has no such thread."""
+    record = checkpointer.get_thread(thread_id)
+    if record is None:
+        return None
+    meta = record.metadata
+
+    def text(key: str) -> str | None:
+        value = meta.get(key)
+        return value if isinstance(value, str) and value else None
+
+    workdir = text("workdir")
+    return DemoThread(
+        thread_id=thread_id,
+        is_demo=meta.get("app") == DEMO_APP,
+        status=record.status,
+        waiting_reviews=len(record.pending),
+        workdir=Path(workdir) if workdir else None,
+        model=text("model"),
+        base_url=text("base_url"),
+    )
+
+
+def waiting_demo_threads(checkpointer: BaseCheckpointSaver) -> list[WaitingThread]:
+    """The demo threads in ``checkpointer`` with reviews pending, longest waiting first.
+
+    Read from the reviewers' inbox (``agent.list_interrupts``), filtered on the metadata
+    every demo thread carries.
+    """
+    agent = build_demo_agent(DemoWorkspace(Path.cwd()), checkpointer=checkpointer)
+    found: dict[str, WaitingThread] = {}
+    cursor: str | None = None
+    while True:
+        page = agent.list_interrupts(metadata={"app": DEMO_APP}, limit=200, cursor=cursor)
+        for item in page.items:
+            seen = found.get(item.thread_id)
+            tools = tuple(dict.fromkeys([*(seen.tools if seen else ()), *item.tools]))
+            workdir = item.metadata.get("workdir")
+            found[item.thread_id] = WaitingThread(
+                thread_id=item.thread_id,
+                since=min(item.created_at, seen.since) if seen else item.created_at,
+                tools=tools,
+                workdir=workdir if isinstance(workdir, str) else None,
+            )
+        if page.next_cursor is None:
+            return sorted(found.values(), key=lambda t: (t.since, t.thread_id))
+        cursor = page.next_cursor
+
+
+@dataclass(frozen=True, slots=True)
+class DemoThread:
+    """A thread of the store as the demo sees it (see :func:`find_demo_thread`).
+
+    ``is_demo`` tells whether the demo started it; ``workdir``, ``model`` and
+    ``base_url`` come from its metadata (None when not recorded).
+    """
+
+    thread_id: str
+    is_demo: bool
+    status: str
+    waiting_reviews: int
+    workdir: Path | None
+    model: str | None
+    base_url: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingThread:
+    """A demo thread with reviews pending (see :func:`waiting_demo_threads`)."""
+
+    thread_id: str
+    since: datetime
+    tools: tuple[str, ...]
+    workdir: str | None
+
+
+def _task_of(messages: Sequence[BaseMessage]) -> str:
+    first = next((m for m in messages if isinstance(m, HumanMessage)), None)
+    return first.text if first is not None else TASK
 
 
 def _resume(agent: Agent, config: RunnableConfig, interrupt_id: str, value: Any) -> GraphOutput:
@@ -737,7 +909,8 @@ def _summarise(console: Console, result: DemoResult) -> None:
     ran = [o for o in result.outcomes if o.ran]
     skipped = [o for o in result.outcomes if not o.ran]
     console.print()
-    table = Table(title="What ran", title_justify="left", expand=True)
+    title = "What ran so far" if result.waiting else "What ran"
+    table = Table(title=title, title_justify="left", expand=True)
     table.add_column("Tool", style="bold", no_wrap=True)
     table.add_column("Review", no_wrap=True)
     table.add_column("Arguments it ran with", ratio=3)
@@ -757,7 +930,16 @@ def _summarise(console: Console, result: DemoResult) -> None:
         console.print(Text("Not run", style="bold"))
         for outcome in skipped:
             console.print(f"  [red]{escape(outcome.name)}[/] ({outcome.review}): {escape(outcome.result)}")
-    console.print(
-        Panel(escape(result.final_answer or "(no final answer)"), title="Final answer", title_align="left")
-    )
+    if result.waiting:
+        console.print(
+            Panel(
+                "The thread is saved and waits for review: nothing more runs until it is answered.",
+                title="Waiting",
+                title_align="left",
+                border_style="yellow",
+            )
+        )
+    else:
+        answer = escape(result.final_answer or "(no final answer)")
+        console.print(Panel(answer, title="Final answer", title_align="left"))
     console.print(f"Files and database: {escape(str(result.workspace.root))}")

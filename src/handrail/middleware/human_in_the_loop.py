@@ -360,9 +360,7 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             text = reject_message(call["name"], call_id, decision.get("message"))
             return ToolMessage(text, tool_call_id=call_id, name=call["name"], status="error")
         if decision["type"] == "respond":
-            return ToolMessage(
-                decision["message"], tool_call_id=call_id, name=call["name"]
-            )
+            return ToolMessage(decision["message"], tool_call_id=call_id, name=call["name"])
         edited = decision["edited_action"]
         new_call = ToolCall(name=edited["name"], args=dict(edited["args"]), id=call_id, type="tool_call")
         return request.override(tool_call=new_call, tool=self._tools.get(edited["name"])), new_call
