@@ -244,12 +244,16 @@ def run_coroutine_sync(coro: Any) -> Any:
 
 
 def _runtime_params(func: Callable[..., Any]) -> list[str]:
+    """Parameters annotated ``ToolRuntime`` (or ``ToolRuntime | None``): injected, not shown."""
+    import typing
+
+    def is_runtime(hint: Any) -> bool:
+        if isinstance(hint, type):
+            return issubclass(hint, ToolRuntime)
+        return any(is_runtime(arg) for arg in typing.get_args(hint) if arg is not type(None))
+
     hints = _type_hints(func)
-    return [
-        name
-        for name in inspect.signature(func).parameters
-        if isinstance(hints.get(name), type) and issubclass(hints[name], ToolRuntime)
-    ]
+    return [name for name in inspect.signature(func).parameters if is_runtime(hints.get(name))]
 
 
 def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
