@@ -1,0 +1,611 @@
+"""handrail and LangGraph side by side, on the same scripted review workload.
+
+Each turn the model proposes two tool calls (``write_file`` with about 200 bytes of
+text, ``execute_sql``); both are reviewed in one batched interrupt; the resume answers
+with a rotating mix of approve, edit and reject; the results go back to the model.
+``_script.py`` holds the script; ``_tasks.py`` the measurements, run by
+``_workload_handrail.py`` in handrail's venv and by ``_workload_langgraph.py`` in the
+reference venv (LangChain 1.5.2 / LangGraph 1.2.24, see ``setup_reference.sh``). Each
+task runs in a fresh interpreter; the two systems alternate task by task (A B, then
+B A) so that a slow moment of the machine hits both.
+
+Measured per backend (memory, SQLite, Postgres): the review cycle on short threads;
+the cycle as a thread grows to 10/50/200/500 turns, warm and resumed by a new agent;
+the bytes stored at those lengths; the throughput of 50 concurrent three-turn threads
+on the async savers; the memory of 1,000 paused threads; saver writes per cycle
+against the floor of two durable commits (``_rawcommit.py``).
+
+Run::
+
+    bash bench/setup_reference.sh                     # once (the runner does it if missing)
+    .venv/bin/python bench/compare_langgraph.py         # full run, 10-20 minutes
+    .venv/bin/python bench/compare_langgraph.py --quick # a few minutes
+    .venv/bin/python bench/compare_langgraph.py --backends memory sqlite --no-plots
+    .venv/bin/python bench/compare_langgraph.py --report bench/results/latest   # tables again
+
+Results (raw JSON per task, ``summary.json`` and ``tables.md``) go to
+``bench/results/latest``; plots to ``docs/img``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+HANDRAIL_PY = Path(os.environ.get("HANDRAIL_PYTHON", ROOT / ".venv" / "bin" / "python"))
+REFERENCE_PY = Path(os.environ.get("REFERENCE_PYTHON", BENCH / ".venv-reference" / "bin" / "python"))
+SYSTEMS = ("handrail", "langgraph")
+BACKENDS = ("memory", "sqlite", "postgres")
+LABEL = {"handrail": "handrail", "langgraph": "LangGraph"}
+# Goals of the issue: handrail's cycle and throughput vs LangGraph's, on the same backend
+SPEED_GOAL = {"memory": 20.0, "sqlite": 8.0, "postgres": 6.0}
+
+QUICK = {
+    "rounds": 1,
+    "cycle": {"threads": 15, "cycles": 5, "warmup": 3},
+    "lengths": [10, 50, 200],
+    "growth_runs": {"handrail": 1, "langgraph": 1},
+    "throughput": {"rounds": 2, "warmup": 1},
+    "memory_threads": 1000,
+    "raw_samples": 100,
+}
+FULL = {
+    "rounds": 3,
+    "cycle": {"threads": 40, "cycles": 5, "warmup": 5},
+    "lengths": [10, 50, 200, 500],
+    "growth_runs": {"handrail": 2, "langgraph": 1},
+    "throughput": {"rounds": 5, "warmup": 1},
+    "memory_threads": 1000,
+    "raw_samples": 300,
+}
+
+
+# Running the tasks -------------------------------------------------------------------------
+def ensure_reference() -> None:
+    if not REFERENCE_PY.exists():
+        print(f"creating the reference venv ({REFERENCE_PY.parent.parent}) ...", flush=True)
+        subprocess.run(["bash", str(BENCH / "setup_reference.sh")], check=True)
+
+
+def run_task(
+    system: str, task: str, backend: str, params: dict[str, Any], out_dir: Path, tag: str
+) -> dict[str, Any]:
+    python = HANDRAIL_PY if system == "handrail" else REFERENCE_PY
+    module = BENCH / f"_workload_{system}.py"
+    out = out_dir / f"{task}-{backend}-{system}-{tag}.json"
+    command = [
+        str(python),
+        str(module),
+        task,
+        "--backend",
+        backend,
+        "--params",
+        json.dumps(params),
+        "--out",
+        str(out),
+    ]
+    started = time.perf_counter()
+    print(f"  {task:<10} {backend:<8} {LABEL[system]:<9} {tag:<4} ...", end="", flush=True)
+    subprocess.run(command, check=True, cwd=ROOT)
+    print(f" {time.perf_counter() - started:6.1f} s", flush=True)
+    return json.loads(out.read_text())
+
+
+def run_raw(samples: int, out_dir: Path, tag: str) -> dict[str, Any]:
+    out = out_dir / f"rawcommit-{tag}.json"
+    print(f"  {'rawcommit':<10} {'sqlite+pg':<8} {'-':<9} {tag:<4} ...", end="", flush=True)
+    started = time.perf_counter()
+    subprocess.run(
+        [str(HANDRAIL_PY), str(BENCH / "_rawcommit.py"), "--samples", str(samples), "--out", str(out)],
+        check=True,
+        cwd=ROOT,
+    )
+    print(f" {time.perf_counter() - started:6.1f} s", flush=True)
+    return json.loads(out.read_text())
+
+
+def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> dict[str, Any]:
+    """Run every task, alternating the systems; return the raw results."""
+    results: dict[str, Any] = {
+        "cycle": [],
+        "growth": [],
+        "throughput": [],
+        "memory": [],
+        "commits": [],
+        "raw": [],
+    }
+    for round_no in range(config["rounds"]):
+        print(f"round {round_no + 1} of {config['rounds']}", flush=True)
+        results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
+        for b, backend in enumerate(backends):
+            order = SYSTEMS if (round_no + b) % 2 == 0 else SYSTEMS[::-1]
+            for task in ("cycle", "throughput", "growth"):
+                for system in order:
+                    if task == "cycle":
+                        runs = [config["cycle"]]
+                    elif task == "throughput":
+                        runs = [config["throughput"]]
+                    else:
+                        runs = [{"lengths": config["lengths"]}] * config["growth_runs"][system]
+                    for i, params in enumerate(runs):
+                        tag = f"r{round_no}" + (f"-{i}" if len(runs) > 1 else "")
+                        results[task].append(run_task(system, task, backend, params, out_dir, tag))
+            if round_no == 0:
+                for system in order:
+                    results["commits"].append(run_task(system, "commits", backend, {}, out_dir, "r0"))
+        if round_no == 0:
+            for system in SYSTEMS:
+                for backend in [b for b in ("memory", "sqlite") if b in backends]:
+                    for traced in (False, True):
+                        params = {"threads": config["memory_threads"], "traced": traced}
+                        tag = "traced" if traced else "rss"
+                        results["memory"].append(run_task(system, "memory", backend, params, out_dir, tag))
+    return results
+
+
+# Statistics ----------------------------------------------------------------------------------
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def p90(values: Sequence[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
+
+
+def _of(rows: list[dict[str, Any]], system: str, backend: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["system"] == system and r["backend"] == backend]
+
+
+def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[int]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"cycle": {}, "growth": {}, "throughput": {}, "commits": {}, "memory": {}}
+    for backend in backends:
+        for system in SYSTEMS:
+            key = f"{system}/{backend}"
+            cycles = [t for r in _of(raw["cycle"], system, backend) for t in r["cycle"]]
+            firsts = [t for r in _of(raw["cycle"], system, backend) for t in r["first_pause"]]
+            if cycles:
+                summary["cycle"][key] = {
+                    "median": median(cycles),
+                    "p90": p90(cycles),
+                    "samples": len(cycles),
+                    "first_pause_median": median(firsts),
+                }
+            walls = [w for r in _of(raw["throughput"], system, backend) for w in r["walls"]]
+            if walls:
+                runs = _of(raw["throughput"], system, backend)
+                concurrency = runs[0]["concurrency"]
+                rates = [concurrency / w for w in walls]
+                summary["throughput"][key] = {
+                    "median": median(rates),
+                    "min": min(rates),
+                    "max": max(rates),
+                    "samples": len(rates),
+                    "concurrency": concurrency,
+                    "turns": runs[0]["turns"],
+                }
+            growth = _of(raw["growth"], system, backend)
+            if growth:
+                summary["growth"][key] = _growth(growth, lengths)
+            commits = _of(raw["commits"], system, backend)
+            if commits:
+                c = commits[0]
+                summary["commits"][key] = {
+                    "calls_per_cycle": {k: v / c["cycles"] for k, v in sorted(c["calls"].items())},
+                    "writes_per_cycle": sum(v for k, v in c["calls"].items() if k.startswith("write:"))
+                    / c["cycles"],
+                    "wal_syncs_per_cycle": c["wal_syncs"] / c["cycles"] if "wal_syncs" in c else None,
+                }
+    for row in raw["memory"]:
+        entry = summary["memory"].setdefault(f"{row['system']}/{row['backend']}", {"threads": row["threads"]})
+        if row["traced"]:
+            entry["traced_peak"] = row["traced_peak"]
+            entry["traced_current"] = row["traced_current"]
+        else:
+            entry["rss_delta_kb"] = row["rss_after_kb"] - row["rss_base_kb"]
+            entry["rss_peak_delta_kb"] = row["rss_peak_kb"] - row["rss_base_kb"]
+            entry["seconds"] = row["seconds"]
+    sqlite = [t for r in raw["raw"] for t in r["sqlite"]]
+    postgres = [t for r in raw["raw"] for t in r["postgres"]]
+    summary["raw"] = {
+        "sqlite": {"median": median(sqlite), "p90": p90(sqlite), "samples": len(sqlite)},
+        "postgres": {"median": median(postgres), "p90": p90(postgres), "samples": len(postgres)},
+        "postgres_synchronous_commit": raw["raw"][0]["postgres_synchronous_commit"] if raw["raw"] else None,
+    }
+    versions: dict[str, str] = {}
+    for rows in raw.values():
+        for row in rows:
+            versions.update(row.get("versions", {}))
+    summary["versions"] = versions
+    summary["machine"] = machine()
+    return summary
+
+
+def _growth(runs: list[dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {"points": [], "curve": []}
+    cold = runs[0]["params"].get("cold", 3)
+    extra = runs[0]["params"].get("extra", 8)
+    for n in lengths:
+        warm = [
+            c[1] for r in runs for c in r["cycles"] if n + cold <= c[0] < n + cold + extra and c[2] == "warm"
+        ]
+        colds = [c[1] for r in runs for c in r["cycles"] if n <= c[0] < n + cold and c[2] == "cold"]
+        stored = [s for r in runs for s in r["storage"] if s["turns"] == n]
+        if not warm:
+            continue
+        point: dict[str, Any] = {
+            "turns": n,
+            "warm_median": median(warm),
+            "warm_p90": p90(warm),
+            "warm_samples": len(warm),
+            "cold_median": median(colds),
+            "cold_samples": len(colds),
+        }
+        for field in (
+            "payload_bytes",
+            "messages_bytes",
+            "file_bytes",
+            "wal_bytes",
+            "relation_bytes",
+            "messages",
+        ):
+            values = [s[field] for s in stored if field in s]
+            if values:
+                point[field] = int(median(values))
+        out["points"].append(point)
+    # the whole curve: the median of each cycle's time over the runs, warm cycles only
+    by_turn: dict[int, list[float]] = {}
+    for r in runs:
+        for turn, seconds, kind in r["cycles"]:
+            if kind == "warm":
+                by_turn.setdefault(turn, []).append(seconds)
+    out["curve"] = [[turn, median(v)] for turn, v in sorted(by_turn.items())]
+    return out
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+                break
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(
+            ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-Atc", "SHOW server_version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        info["postgres"] = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    import sqlite3
+
+    info["sqlite"] = sqlite3.sqlite_version
+    return info
+
+
+# Tables --------------------------------------------------------------------------------------
+def _ms(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "-"
+    value = seconds * 1e3
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
+    out: list[str] = []
+    cyc = summary["cycle"]
+    rows = []
+    for backend in backends:
+        h, lg = cyc.get(f"handrail/{backend}"), cyc.get(f"langgraph/{backend}")
+        if not h or not lg:
+            continue
+        speedup = lg["median"] / h["median"]
+        for system, s in (("handrail", h), ("langgraph", lg)):
+            rows.append(
+                [
+                    backend,
+                    LABEL[system],
+                    _ms(s["median"]),
+                    _ms(s["p90"]),
+                    f"{1 / s['median']:,.0f}",
+                    _ms(s["first_pause_median"]),
+                    str(s["samples"]),
+                    f"{speedup:.1f}x, goal {SPEED_GOAL[backend]:.0f}x: {_met(speedup >= SPEED_GOAL[backend])}"
+                    if system == "handrail"
+                    else "",
+                ]
+            )
+    out.append("### Review cycle on a short thread (resume -> next interrupt)\n")
+    out.append(
+        _table(
+            [
+                "backend",
+                "system",
+                "median ms",
+                "p90 ms",
+                "cycles/s",
+                "first pause ms",
+                "samples",
+                "handrail speed-up",
+            ],
+            rows,
+        )
+    )
+
+    thr = summary["throughput"]
+    rows = []
+    for backend in backends:
+        h, lg = thr.get(f"handrail/{backend}"), thr.get(f"langgraph/{backend}")
+        if not h or not lg:
+            continue
+        speedup = h["median"] / lg["median"]
+        for system, s in (("handrail", h), ("langgraph", lg)):
+            rows.append(
+                [
+                    backend,
+                    LABEL[system],
+                    f"{s['median']:.1f}",
+                    f"{s['min']:.1f} - {s['max']:.1f}",
+                    str(s["samples"]),
+                    f"{speedup:.1f}x, goal {SPEED_GOAL[backend]:.0f}x: {_met(speedup >= SPEED_GOAL[backend])}"
+                    if system == "handrail"
+                    else "",
+                ]
+            )
+    if rows:
+        any_row = next(iter(thr.values()))
+        out.append(
+            f"\n### Throughput: {any_row['concurrency']} concurrent {any_row['turns']}-turn threads, "
+            "async savers, `asyncio.gather`\n"
+        )
+        out.append(
+            _table(["backend", "system", "threads/s (median)", "range", "samples", "handrail speed-up"], rows)
+        )
+
+    gro = summary["growth"]
+    rows = []
+    for backend in backends:
+        for system in SYSTEMS:
+            g = gro.get(f"{system}/{backend}")
+            if not g or not g["points"]:
+                continue
+            first, last = g["points"][0], g["points"][-1]
+            flat = last["warm_median"] / first["warm_median"]
+            cells = [backend, LABEL[system]]
+            cells += [_ms(p["warm_median"]) for p in g["points"]]
+            cells += [f"{flat:.1f}x" + (f" ({_met(flat <= 2)})" if system == "handrail" else "")]
+            cells += [" / ".join(_ms(p["cold_median"]) for p in g["points"])]
+            rows.append(cells)
+    if rows:
+        lengths = [p["turns"] for p in next(iter(gro.values()))["points"]]
+        out.append("\n### Cycle cost as the thread grows (median ms of the cycles just after N turns)\n")
+        out.append(
+            _table(
+                [
+                    "backend",
+                    "system",
+                    *[f"{n} turns" for n in lengths],
+                    f"{lengths[-1]} / {lengths[0]}",
+                    "resumed by a new agent (cold), ms at " + "/".join(map(str, lengths)),
+                ],
+                rows,
+            )
+        )
+
+        rows = []
+        for backend in backends:
+            for system in SYSTEMS:
+                g = gro.get(f"{system}/{backend}")
+                if not g:
+                    continue
+                for p in g["points"]:
+                    ratio = p["payload_bytes"] / p["messages_bytes"]
+                    disk = p.get("file_bytes", p.get("relation_bytes"))
+                    rows.append(
+                        [
+                            backend,
+                            LABEL[system],
+                            str(p["turns"]),
+                            _bytes(p["messages_bytes"]),
+                            _bytes(p["payload_bytes"]),
+                            f"{ratio:.1f}x" + (f" ({_met(ratio <= 2)})" if system == "handrail" else ""),
+                            _bytes(disk) if disk is not None else "-",
+                        ]
+                    )
+        out.append("\n### Bytes stored for one thread\n")
+        out.append(
+            "Payload: what the saver's records hold (handrail: event and pending-review payloads; "
+            "LangGraph: checkpoints, metadata, channel blobs, writes). On disk: the SQLite file after a "
+            "WAL checkpoint; for Postgres `pg_total_relation_size` of the saver's tables (heap, TOAST, "
+            "indexes). Messages: the thread's messages as compact JSON, for reference.\n"
+        )
+        out.append(
+            _table(
+                ["backend", "system", "turns", "messages", "payload", "payload / messages", "on disk"], rows
+            )
+        )
+
+    com = summary["commits"]
+    raw = summary["raw"]
+    rows = []
+    for backend in backends:
+        for system in SYSTEMS:
+            c = com.get(f"{system}/{backend}")
+            s = cyc.get(f"{system}/{backend}")
+            if not c:
+                continue
+            floor = raw.get(backend, {}).get("median") if backend != "memory" else None
+            calls = ", ".join(
+                f"{k.split(':', 1)[1]} {v:.2f}"
+                for k, v in c["calls_per_cycle"].items()
+                if k.startswith("write:")
+            )
+            rows.append(
+                [
+                    backend,
+                    LABEL[system],
+                    f"{c['writes_per_cycle']:.2f}",
+                    calls,
+                    f"{c['wal_syncs_per_cycle']:.2f}" if c["wal_syncs_per_cycle"] is not None else "-",
+                    _ms(s["median"]) if s else "-",
+                    _ms(floor) if floor else "-",
+                    f"{s['median'] / floor:.1f}x" if s and floor else "-",
+                ]
+            )
+    if rows:
+        out.append("\n### Commits per cycle against the two-commit floor\n")
+        out.append(
+            f"Two raw commits of a tiny INSERT, back to back: SQLite (WAL, synchronous=FULL) "
+            f"{_ms(raw['sqlite']['median'])} ms median (p90 {_ms(raw['sqlite']['p90'])}), Postgres "
+            f"(synchronous_commit={raw['postgres_synchronous_commit']}) {_ms(raw['postgres']['median'])} ms "
+            f"median (p90 {_ms(raw['postgres']['p90'])}).\n"
+        )
+        out.append(
+            _table(
+                [
+                    "backend",
+                    "system",
+                    "saver writes / cycle",
+                    "by call",
+                    "WAL fsyncs / cycle",
+                    "cycle median ms",
+                    "two commits ms",
+                    "cycle / two commits",
+                ],
+                rows,
+            )
+        )
+
+    mem = summary["memory"]
+    rows = []
+    for key, m in sorted(mem.items()):
+        system, backend = key.split("/")
+        rows.append(
+            [
+                backend,
+                LABEL[system],
+                str(m["threads"]),
+                _bytes(m.get("rss_delta_kb", 0) * 1024),
+                _bytes(m.get("rss_peak_delta_kb", 0) * 1024),
+                _bytes(m.get("traced_peak")),
+                _bytes(int(m.get("traced_current", 0) / m["threads"])) if "traced_current" in m else "-",
+            ]
+        )
+    if rows:
+        out.append("\n### Memory of paused threads (each paused at its first review)\n")
+        out.append(
+            _table(
+                [
+                    "backend",
+                    "system",
+                    "threads",
+                    "RSS growth",
+                    "RSS peak growth",
+                    "tracemalloc peak",
+                    "per thread (traced)",
+                ],
+                rows,
+            )
+        )
+    return "\n".join(out) + "\n"
+
+
+# Plots ---------------------------------------------------------------------------------------
+def plot(summary_path: Path, img_dir: Path) -> None:
+    ensure_reference()
+    subprocess.run(
+        [str(REFERENCE_PY), str(BENCH / "_plots.py"), str(summary_path), str(img_dir)], check=True, cwd=ROOT
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one round, fewer samples, up to 200 turns")
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--out", default=str(BENCH / "results" / "latest"), help="where the JSON results go")
+    parser.add_argument("--img", default=str(ROOT / "docs" / "img"), help="where the plots go")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--report", metavar="DIR", help="only summarise the raw results already in DIR")
+    args = parser.parse_args(argv)
+    config = QUICK if args.quick else FULL
+
+    if args.report:
+        out_dir = Path(args.report)
+        raw = json.loads((out_dir / "raw.json").read_text())
+        config = raw.pop("_config")
+        backends = raw.pop("_backends")
+    else:
+        ensure_reference()
+        out_dir = Path(args.out)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.mkdir(parents=True)
+        backends = args.backends
+        started = time.perf_counter()
+        raw = collect(config, backends, out_dir)
+        print(f"collected in {time.perf_counter() - started:.0f} s")
+        (out_dir / "raw.json").write_text(json.dumps({**raw, "_config": config, "_backends": backends}))
+
+    summary = summarise(raw, backends, config["lengths"])
+    summary["config"] = config
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    text = tables(summary, backends)
+    (out_dir / "tables.md").write_text(text)
+    print()
+    print(text)
+    print("machine:", json.dumps(summary["machine"]))
+    print("versions:", json.dumps(summary["versions"]))
+    if not args.no_plots:
+        plot(out_dir / "summary.json", Path(args.img))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
