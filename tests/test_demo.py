@@ -13,9 +13,8 @@ import pytest
 from rich.console import Console
 
 from handrail import InMemorySaver, ToolMessage
+from handrail._demo_agent import DELETE_QUERY, EDIT_NOTICE
 from handrail.demo import (
-    DELETE_QUERY,
-    EDIT_NOTICE,
     DemoError,
     DemoResult,
     DemoWorkspace,

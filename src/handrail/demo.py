@@ -8,7 +8,7 @@ what did not, and the agent's final answer.
 
 Everything the terminal does goes through two objects, so tests and other front ends can
 drive the demo without a TTY: a rich :class:`~rich.console.Console` for output and an
-:data:`Ask` function for input::
+:data:`~handrail.terminal.Ask` function for input::
 
     answers = iter(["a", "r", "keep them for the audit"])
     result = run_demo(Console(file=io.StringIO()), lambda prompt: next(answers))
@@ -24,49 +24,62 @@ caller's, the person may also answer "later" at a review and come back to it::
         first = run_demo(console, ask, checkpointer=saver)          # "l" at a review
         if first.waiting:                                           # ... any time later:
             run_demo(console, ask, checkpointer=saver, thread_id=first.thread_id)
+
+This module runs a demo session: the thread, the narration and the summary. The agent
+itself (workspace, tools, review policy, scripted model) lives in ``handrail._demo_agent``
+and the review prompts in :mod:`handrail.terminal`; the public names of both that a demo
+caller needs are re-exported here.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import sqlite3
-import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from handrail.agent import Agent, create_agent
+from handrail._demo_agent import (
+    TASK,
+    DemoError,
+    DemoWorkspace,
+    build_demo_agent,
+    demo_middleware,
+    make_demo_tools,
+    scripted_demo_model,
+    split_edit_notice,
+)
+from handrail.agent import Agent
 from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver
-from handrail.errors import ConflictError, HandrailError, InvalidDecisionError
+from handrail.errors import ConflictError
 from handrail.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from handrail.middleware import HumanInTheLoopMiddleware
-from handrail.models import ChatModel, ScriptedModel
-from handrail.tools import Tool, tool
-from handrail.types import Command, GraphOutput, Interrupt, RunnableConfig
+from handrail.models import ChatModel
+from handrail.terminal import (
+    Ask,
+    ReviewDeferred,
+    TerminalReviewer,
+    UnsupportedInterruptError,
+    Verdict,
+    preview,
+)
+from handrail.types import Command, GraphOutput, RunnableConfig
 
 __all__ = [
     "DEMO_APP",
     "TASK",
-    "Ask",
     "DemoError",
     "DemoResult",
     "DemoThread",
     "DemoWorkspace",
-    "ReviewDeferred",
     "TerminalReviewer",
     "ToolOutcome",
     "WaitingThread",
@@ -80,558 +93,8 @@ __all__ = [
     "waiting_demo_threads",
 ]
 
-Ask = Callable[[str], str]
-"""Reads one answer from the person: gets a plain-text prompt, returns what they typed."""
-
-TASK = "Archive the records older than 30 days to old_records.csv, then delete them from the database."
-CUTOFF_DAYS = 30
-REPORT_FILE = "old_records.csv"
-EDIT_NOTICE = "Note: the reviewer edited this tool call before it ran."
-DELETE_QUERY = f"DELETE FROM records WHERE created_at < date('now', '-{CUTOFF_DAYS} days')"
-SYSTEM_PROMPT = (
-    "You look after a small SQLite database whose table `records` has the columns id, title and "
-    "created_at (an ISO date). Use read_data to look at rows, write_file to save files in the "
-    "working directory and execute_sql to change data. A person reviews risky calls."
-)
-
-_SAMPLE_RECORDS: tuple[tuple[str, int], ...] = (
-    ("Invoice 1041 paid", 2),
-    ("Support ticket 88 closed", 6),
-    ("Weekly backup verified", 11),
-    ("Invoice 1029 paid", 19),
-    ("New customer: Birch & Co", 27),
-    ("Quarterly report sent", 41),
-    ("Trial account expired", 63),
-    ("Old password reset log", 95),
-)
-"""(title, age in days): three of the eight rows are older than the 30-day cutoff."""
-
 DEMO_APP = "handrail-demo"
 """The ``"app"`` value in the metadata of every thread the demo starts."""
-
-_DECISION_KEYS: dict[str, str] = {"approve": "a", "edit": "e", "reject": "r", "respond": "s"}
-_LATER = "later"
-_LATER_KEY = "l"
-_OUTCOME_UNKNOWN_DECISIONS = ["approve", "respond", "reject"]
-
-
-class DemoError(HandrailError):
-    """The demo cannot go on (for example, the run paused for something it cannot answer)."""
-
-
-class ReviewDeferred(Exception):
-    """The person chose to answer a review later; nothing of that review was sent.
-
-    Raised by :class:`TerminalReviewer` (only when it offers "later"); :func:`run_demo`
-    catches it and returns a result with ``waiting=True``.
-    """
-
-
-# The workspace: a directory with a seeded SQLite database ------------------------------------
-@dataclass(frozen=True, slots=True)
-class DemoWorkspace:
-    """The directory the demo's tools work in, holding ``demo.db``."""
-
-    root: Path
-
-    @property
-    def db_path(self) -> Path:
-        """The SQLite database file."""
-        return self.root / "demo.db"
-
-    @classmethod
-    def open(cls, workdir: Path | str | None = None) -> DemoWorkspace:
-        """Use ``workdir`` (created if missing) or a fresh temporary directory."""
-        if workdir is None:
-            return cls(Path(tempfile.mkdtemp(prefix="handrail-demo-")).resolve())
-        root = Path(workdir).expanduser()
-        if root.exists() and not root.is_dir():
-            raise DemoError(f"{str(root)!r} exists and is not a directory")
-        root.mkdir(parents=True, exist_ok=True)
-        return cls(root.resolve())
-
-    def seed(self, today: date | None = None) -> None:
-        """(Re)create the ``records`` table with the sample rows, dated relative to ``today``."""
-        today = today or datetime.now(UTC).date()
-        with _connect(self.db_path) as conn:
-            conn.execute("DROP TABLE IF EXISTS records")
-            conn.execute(
-                "CREATE TABLE records (id INTEGER PRIMARY KEY, title TEXT NOT NULL, created_at TEXT NOT NULL)"
-            )
-            conn.executemany(
-                "INSERT INTO records (title, created_at) VALUES (?, ?)",
-                [(title, (today - timedelta(days=age)).isoformat()) for title, age in _SAMPLE_RECORDS],
-            )
-
-    def record_ids(self) -> list[int]:
-        """The ids left in ``records`` (for checking what a run changed)."""
-        with _connect(self.db_path) as conn:
-            return [int(row[0]) for row in conn.execute("SELECT id FROM records ORDER BY id")]
-
-
-@contextmanager
-def _connect(path: Path) -> Iterator[sqlite3.Connection]:
-    # One short-lived connection per call: tools may run in worker threads.
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        with conn:  # commits on success, rolls back on error
-            yield conn
-    finally:
-        conn.close()
-
-
-# The tools and the policy ----------------------------------------------------------------------
-def make_demo_tools(workspace: DemoWorkspace) -> list[Tool]:
-    """The three real tools, bound to ``workspace``."""
-
-    @tool
-    def write_file(path: str, content: str) -> str:
-        """Write a text file in the working directory.
-
-        Args:
-            path: File name, relative to the working directory.
-            content: The text to write.
-        """
-        target = (workspace.root / path).resolve()
-        if not target.is_relative_to(workspace.root):
-            raise ValueError(f"{path!r} is outside the working directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-        return f"Wrote {len(content.encode())} bytes to {target.relative_to(workspace.root)}."
-
-    @tool
-    def execute_sql(query: str) -> str:
-        """Run one SQL statement on the database and commit it.
-
-        Args:
-            query: The SQL statement.
-        """
-        with _connect(workspace.db_path) as conn:
-            cursor = conn.execute(query)
-            if cursor.description is not None:
-                rows = [dict(row) for row in cursor.fetchmany(50)]
-                return json.dumps({"rows": rows}, ensure_ascii=False)
-            verb = {"DELETE": "Deleted", "UPDATE": "Updated", "INSERT": "Inserted"}.get(
-                query.split(None, 1)[0].upper() if query.strip() else "", "Changed"
-            )
-            count = cursor.rowcount
-            return f"{verb} {count} row{'' if count == 1 else 's'}."
-
-    @tool
-    def read_data(table: str, limit: int = 50) -> str:
-        """Read rows from a table of the database.
-
-        Args:
-            table: The table's name.
-            limit: At most this many rows.
-        """
-        with _connect(workspace.db_path) as conn:
-            known = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if table not in known:
-                raise ValueError(f"no table {table!r}; tables: {sorted(known)}")
-            total = conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
-            rows = [dict(row) for row in conn.execute(f'SELECT * FROM "{table}" LIMIT ?', (limit,))]
-        return json.dumps({"table": table, "total": total, "rows": rows}, ensure_ascii=False)
-
-    return [write_file, execute_sql, read_data]
-
-
-def demo_middleware() -> HumanInTheLoopMiddleware:
-    """The demo's review policy: files need review, SQL needs a DBA's eye, reads are free."""
-    return HumanInTheLoopMiddleware(
-        interrupt_on={
-            "write_file": True,
-            "execute_sql": {
-                "allowed_decisions": ["approve", "edit", "reject"],
-                "description": "SQL can change or delete data for good: check the statement before it runs.",
-            },
-            "read_data": False,
-        },
-        description_prefix="Tool execution pending approval",
-        edit_notice=EDIT_NOTICE,
-    )
-
-
-def build_demo_agent(
-    workspace: DemoWorkspace,
-    *,
-    model: ChatModel | str | None = None,
-    checkpointer: BaseCheckpointSaver | None = None,
-    middleware: HumanInTheLoopMiddleware | None = None,
-) -> Agent:
-    """The demo agent: the tools over ``workspace``, the review policy, a checkpointer.
-
-    ``model`` defaults to :func:`scripted_demo_model`; pass a ChatModel or a
-    ``"provider:model"`` string to let a real model drive the same tools. ``middleware``
-    defaults to :func:`demo_middleware`; ``checkpointer`` to a fresh ``InMemorySaver``.
-    """
-    return create_agent(
-        model if model is not None else scripted_demo_model(),
-        make_demo_tools(workspace),
-        system_prompt=SYSTEM_PROMPT,
-        middleware=[middleware if middleware is not None else demo_middleware()],
-        checkpointer=checkpointer if checkpointer is not None else InMemorySaver(),
-        name="demo",
-    )
-
-
-# The scripted model ---------------------------------------------------------------------------
-def scripted_demo_model() -> ScriptedModel:
-    """A model that plays the clean-up task without an API key.
-
-    Every response is the same stateless function of the conversation, so the script
-    also works for a thread resumed in a new process.
-    """
-    return ScriptedModel([_next_step] * 8)
-
-
-def _next_step(messages: list[BaseMessage]) -> dict[str, Any]:
-    start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
-    turn = messages[start + 1 :]
-    step = sum(1 for m in turn if isinstance(m, AIMessage))
-    if step == 0:
-        return _call("Let me look at the records table first.", ("read_data", {"table": "records"}))
-    if step == 1:
-        old = _old_rows(_last_read(turn))
-        if not old:
-            return {"content": f"No record is older than {CUTOFF_DAYS} days; there is nothing to do."}
-        return _call(
-            f"{len(old)} records are older than {CUTOFF_DAYS} days. I will save them to {REPORT_FILE} "
-            "and then delete them.",
-            ("write_file", {"path": REPORT_FILE, "content": _to_csv(old)}),
-            ("execute_sql", {"query": DELETE_QUERY}),
-        )
-    if step == 2:
-        return _call("Let me check what is left.", ("read_data", {"table": "records"}))
-    return {"content": _final_answer(turn)}
-
-
-def _call(content: str, *calls: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"content": content, "tool_calls": [{"name": name, "args": args} for name, args in calls]}
-
-
-def _last_read(turn: Sequence[BaseMessage]) -> dict[str, Any]:
-    for message in reversed(turn):
-        if isinstance(message, ToolMessage) and message.name == "read_data" and message.status == "success":
-            try:
-                value = json.loads(message.text)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return {"total": 0, "rows": []}
-
-
-def _old_rows(read: Mapping[str, Any]) -> list[dict[str, Any]]:
-    cutoff = (datetime.now(UTC).date() - timedelta(days=CUTOFF_DAYS)).isoformat()
-    return [row for row in read.get("rows", []) if str(row.get("created_at", "")) < cutoff]
-
-
-def _split_edit_notice(text: str) -> tuple[bool, str]:
-    """Whether a tool result carries the edit notice, and the tool's own output after it."""
-    if not text.startswith(EDIT_NOTICE):
-        return False, text
-    # The middleware writes the notice, a "Ran instead: ..." line, a blank line, then the output.
-    return True, text.partition("\n\n")[2] or text
-
-
-def _to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["id", "title", "created_at"], lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({key: row.get(key) for key in ("id", "title", "created_at")} for row in rows)
-    return buffer.getvalue()
-
-
-def _final_answer(turn: Sequence[BaseMessage]) -> str:
-    acting = next(
-        (m for m in turn if isinstance(m, AIMessage) and any(c["name"] != "read_data" for c in m.tool_calls)),
-        None,
-    )
-    results = {m.tool_call_id: m for m in turn if isinstance(m, ToolMessage)}
-    lines = ["Here is what happened:"]
-    for call in acting.tool_calls if acting else []:
-        message = results.get(str(call["id"]))
-        if message is None:
-            continue
-        edited, output = _split_edit_notice(message.text)
-        text = " ".join(output.split())
-        name = f"{call['name']} (as edited by the reviewer)" if edited else call["name"]
-        if message.status == "error" and text.startswith("User rejected"):
-            lines.append(f"- {name} was rejected, so I did not run it. {text}")
-        elif message.status == "error":
-            lines.append(f"- {name} failed: {text}")
-        else:
-            lines.append(f"- {name}: {text}")
-    read = _last_read(turn)
-    lines.append(
-        f"The records table now holds {read.get('total', 0)} rows, {len(_old_rows(read))} of them "
-        f"older than {CUTOFF_DAYS} days."
-    )
-    return "\n".join(lines)
-
-
-# Reviewing in the terminal ----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _ReviewItem:
-    name: str
-    args: dict[str, Any]
-    description: str
-    tool_call_id: str
-    allowed: list[str]
-    schema: dict[str, Any] | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """How to read one interrupt: its items, and whether it takes a list of decisions."""
-
-    items: list[_ReviewItem]
-    batched: bool
-
-
-def _read_interrupt(intr: Interrupt) -> _Pending:
-    value = intr.value
-    if isinstance(value, Mapping) and "action_requests" in value:
-        configs = list(value.get("review_configs", []))
-        items = []
-        for i, request in enumerate(value["action_requests"]):
-            config = configs[i] if i < len(configs) else {}
-            items.append(
-                _ReviewItem(
-                    name=str(request["name"]),
-                    args=dict(request.get("args", {})),
-                    description=str(request.get("description", "")),
-                    tool_call_id=str(request.get("tool_call_id", "")),
-                    allowed=list(config.get("allowed_decisions", ["approve", "reject"])),
-                    schema=config.get("args_schema"),
-                )
-            )
-        return _Pending(items, batched=True)
-    if isinstance(value, Mapping) and value.get("type") in ("tool_approval", "outcome_unknown"):
-        allowed = value.get("allowed_decisions", _OUTCOME_UNKNOWN_DECISIONS)
-        item = _ReviewItem(
-            name=str(value["name"]),
-            args=dict(value.get("args", {})),
-            description=str(value.get("description", "")),
-            tool_call_id=str(value.get("tool_call_id", "")),
-            allowed=list(allowed),
-            schema=None,
-        )
-        return _Pending([item], batched=False)
-    raise DemoError(f"the run paused for something this demo cannot answer: {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Verdict:
-    label: Literal["approved", "edited", "rejected", "answered"]
-    final_args: dict[str, Any] | None
-
-
-class TerminalReviewer:
-    """Shows review requests on ``console`` and reads decisions through ``ask``.
-
-    With ``auto_approve`` every call is approved without asking. With ``allow_later``
-    the person may also answer "later" (``l``), which raises :class:`ReviewDeferred`
-    before anything of that review is sent. :attr:`verdicts` records what was decided for
-    each tool call id, once handrail has accepted it.
-    """
-
-    def __init__(
-        self, console: Console, ask: Ask, *, auto_approve: bool = False, allow_later: bool = False
-    ) -> None:
-        self.console = console
-        self.ask = ask
-        self.auto_approve = auto_approve
-        self.allow_later = allow_later
-        self.verdicts: dict[str, _Verdict] = {}
-
-    def settle(self, intr: Interrupt, submit: Callable[[Any], GraphOutput]) -> GraphOutput:
-        """Answer ``intr``; when handrail refuses an edit, say why and ask again.
-
-        Raises :class:`ReviewDeferred` when the person answers "later".
-        """
-        pending = _read_interrupt(intr)
-        decisions: list[dict[str, Any]] = []
-        for index, item in enumerate(pending.items, start=1):
-            self._render(item, index, len(pending.items))
-            try:
-                decisions.append(self._decide(item))
-            except ReviewDeferred:
-                if decisions:
-                    self.console.print(
-                        "The answers you gave in this review were not sent; it is asked again, "
-                        "whole, when you continue."
-                    )
-                raise
-        while True:
-            try:
-                output = submit({"decisions": decisions} if pending.batched else decisions[0])
-            except InvalidDecisionError as exc:
-                edited = [i for i, d in enumerate(decisions) if d["type"] == "edit"]
-                if not edited:
-                    raise
-                self.console.print(f"[red]handrail refused the answer:[/] {escape(str(exc))}")
-                self.console.print("Let's try that again.")
-                for i in edited:
-                    previous = decisions[i]["edited_action"]["args"]
-                    decisions[i] = self._decide(pending.items[i], start_args=previous)
-                continue
-            for item, decision in zip(pending.items, decisions, strict=True):
-                self.verdicts[item.tool_call_id] = _verdict(item, decision)
-            return output
-
-    def _render(self, item: _ReviewItem, index: int, total: int) -> None:
-        parts: list[RenderableType] = []
-        description = _without_default_args(item.description, item.name)
-        if description:
-            parts.append(Text(description))
-        parts.append(Text("Arguments", style="bold"))
-        parts.append(_json(item.args))
-        for name, value in item.args.items():
-            if isinstance(value, str) and "\n" in value.strip():
-                # Multi-line text is hard to read as a JSON string; show it as it will be written.
-                parts.append(Text(f"{name}, as text:", style="bold"))
-                parts.append(Panel(Text(value.rstrip("\n")), border_style="dim", expand=False))
-        parts.append(Text.assemble(("Allowed: ", "bold"), ", ".join(item.allowed)))
-        title = f"Review {index} of {total}: [bold]{escape(item.name)}[/]"
-        self.console.print(Panel(Group(*parts), title=title, title_align="left", border_style="yellow"))
-
-    def _decide(self, item: _ReviewItem, start_args: dict[str, Any] | None = None) -> dict[str, Any]:
-        if self.auto_approve:
-            if "approve" in item.allowed:
-                self.console.print(f"[green]Approved[/] {escape(item.name)} automatically.")
-                return {"type": "approve"}
-            self.console.print(f"[red]Rejected[/] {escape(item.name)}: approving it is not allowed.")
-            return {
-                "type": "reject",
-                "message": "Automatic mode may only approve, and approve is not allowed.",
-            }
-        kind = self._choose(item)
-        if kind == "approve":
-            return {"type": "approve"}
-        if kind == "reject":
-            reason = self.ask("Reason for the agent (optional, Enter to skip):").strip()
-            return {"type": "reject", "message": reason} if reason else {"type": "reject"}
-        if kind == "respond":
-            while True:
-                message = self.ask("Your reply, given to the agent instead of the tool's result:").strip()
-                if message:
-                    return {"type": "respond", "message": message}
-                self.console.print("A reply cannot be empty.")
-        args = self._edit_args(item, start_args if start_args is not None else item.args)
-        if args == item.args:
-            self.console.print("The arguments are unchanged, so the call is approved as proposed.")
-            return {"type": "approve"}
-        return {"type": "edit", "edited_action": {"name": item.name, "args": args}}
-
-    def _choose(self, item: _ReviewItem) -> str:
-        keys = {_DECISION_KEYS.get(kind, kind): kind for kind in item.allowed}
-        if self.allow_later:
-            keys[_LATER_KEY] = _LATER
-        menu = ", ".join(f"{kind} ({key})" for key, kind in keys.items())
-        while True:
-            answer = self.ask(f"Decision for {item.name} - {menu}:").strip().lower()
-            if answer in keys:
-                answer = keys[answer]
-            if answer == _LATER and self.allow_later:
-                raise ReviewDeferred(item.name)
-            if answer in item.allowed:
-                return answer
-            self.console.print(f"Please answer one of: {', '.join(keys)}.")
-
-    def _edit_args(self, item: _ReviewItem, current: dict[str, Any]) -> dict[str, Any]:
-        self.console.print(Text("Current arguments", style="bold"))
-        self.console.print(_json(current))
-        while True:
-            raw = self.ask("New arguments as a JSON object, or Enter to edit field by field:").strip()
-            if not raw:
-                args = self._edit_fields(item, current)
-                break
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                self.console.print(f"That is not valid JSON ({escape(exc.msg)}); try again.")
-                continue
-            if isinstance(value, dict):
-                args = value
-                break
-            self.console.print('The arguments must be a JSON object, like {"query": "..."}.')
-        self.console.print(Text("Edited arguments", style="bold"))
-        self.console.print(_json(args))
-        return args
-
-    def _edit_fields(self, item: _ReviewItem, current: dict[str, Any]) -> dict[str, Any]:
-        properties: dict[str, Any] = dict((item.schema or {}).get("properties", {}))
-        edited = dict(current)
-        if properties:
-            for name in [name for name in current if name not in properties]:
-                self.console.print(f"Dropping {escape(name)}: {escape(item.name)} takes no such argument.")
-                del edited[name]
-        for name in properties or current:
-            shown = _preview(current[name]) if name in current else "not set"
-            raw = self.ask(f"{name} [{shown}] (Enter keeps it):").strip()
-            if raw:
-                edited[name] = raw if _is_text_field(properties.get(name), current.get(name)) else _loose(raw)
-        return edited
-
-
-def _verdict(item: _ReviewItem, decision: Mapping[str, Any]) -> _Verdict:
-    kind = decision["type"]
-    if kind == "approve":
-        return _Verdict("approved", item.args)
-    if kind == "edit":
-        return _Verdict("edited", dict(decision["edited_action"]["args"]))
-    return _Verdict("rejected" if kind == "reject" else "answered", None)
-
-
-def _without_default_args(description: str, name: str) -> str:
-    # The middleware's default description repeats the arguments, which the panel shows anyway.
-    head, found, _ = description.partition(f"\n\nTool: {name}\nArgs: ")
-    return head if found else description
-
-
-def _json(value: Any) -> Syntax:
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    return Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default")
-
-
-def _preview(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _args_line(args: Mapping[str, Any]) -> str:
-    return ", ".join(f"{name}={_preview(value, 100)}" for name, value in args.items()) or "(none)"
-
-
-def _result_summary(text: str, width: int) -> str:
-    """A short form of a tool result: a count for the row listings the demo's tools return."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return _preview(text, width)
-    if isinstance(value, dict) and isinstance(value.get("rows"), list):
-        shown, total = len(value["rows"]), value.get("total", len(value["rows"]))
-        where = f" from {value['table']}" if "table" in value else ""
-        return f"{shown} of {total} rows{where}" if shown != total else f"{total} rows{where}"
-    return _preview(text, width)
-
-
-def _is_text_field(schema: Mapping[str, Any] | None, current: Any) -> bool:
-    if not schema:
-        return isinstance(current, str)
-    branches = [schema, *schema.get("anyOf", [])]
-    return any(branch.get("type") == "string" for branch in branches)
-
-
-def _loose(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw  # handrail's schema check will say what is wrong with it
 
 
 # Running the demo -------------------------------------------------------------------------------
@@ -747,6 +210,9 @@ def run_demo(
         except ReviewDeferred:
             waiting = True
             break
+        except UnsupportedInterruptError as exc:
+            value = exc.interrupt.value
+            raise DemoError(f"the run paused for something this demo cannot answer: {value!r}") from None
         except ConflictError as exc:
             console.print(f"[yellow]{escape(str(exc))}[/]")
             console.print("Another session got there first; this is the thread as it stands now.")
@@ -865,14 +331,14 @@ def _narrate(console: Console, messages: Sequence[BaseMessage], start: int) -> i
             console.print(f"[dim]  proposes: {escape(names)}[/]")
         elif isinstance(message, ToolMessage):
             style = "red" if message.status == "error" else "green"
-            edited, output = _split_edit_notice(message.text)
+            edited, output = split_edit_notice(message.text)
             summary = escape(_result_summary(output, 70)) + (" [dim](edited call)[/]" if edited else "")
             console.print(f"  [{style}]{escape(message.name or 'tool')}[/] -> {summary}")
     return len(messages)
 
 
 def _outcomes(
-    messages: Sequence[BaseMessage], verdicts: Mapping[str, _Verdict], *, gated: set[str]
+    messages: Sequence[BaseMessage], verdicts: Mapping[str, Verdict], *, gated: set[str]
 ) -> list[ToolOutcome]:
     results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
     outcomes = []
@@ -921,7 +387,7 @@ def _summarise(console: Console, result: DemoResult) -> None:
             outcome.review,
             _args_line(outcome.final_args or {}),
             Text(
-                _result_summary(_split_edit_notice(outcome.result)[1], 160),
+                _result_summary(split_edit_notice(outcome.result)[1], 160),
                 style="red" if outcome.status == "error" else "",
             ),
         )
@@ -943,3 +409,20 @@ def _summarise(console: Console, result: DemoResult) -> None:
         answer = escape(result.final_answer or "(no final answer)")
         console.print(Panel(answer, title="Final answer", title_align="left"))
     console.print(f"Files and database: {escape(str(result.workspace.root))}")
+
+
+def _args_line(args: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={preview(value, 100)}" for name, value in args.items()) or "(none)"
+
+
+def _result_summary(text: str, width: int) -> str:
+    """A short form of a tool result: a count for the row listings the demo's tools return."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return preview(text, width)
+    if isinstance(value, dict) and isinstance(value.get("rows"), list):
+        shown, total = len(value["rows"]), value.get("total", len(value["rows"]))
+        where = f" from {value['table']}" if "table" in value else ""
+        return f"{shown} of {total} rows{where}" if shown != total else f"{total} rows{where}"
+    return preview(text, width)

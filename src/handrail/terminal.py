@@ -1,0 +1,337 @@
+"""Review requests in a terminal, with rich: render an interrupt, ask for a decision, validate and re-ask.
+
+:class:`TerminalReviewer` answers the review requests of
+:class:`~handrail.middleware.HumanInTheLoopMiddleware` for any agent and thread: a batch of
+action requests (``action_requests`` with their ``review_configs``) or a single
+``tool_approval`` / ``outcome_unknown`` request. For each tool call it draws a panel (the
+description, the arguments, the decisions allowed), asks for a decision and, for an edit,
+reads the new arguments as a JSON object or field by field. Then it hands the answer to a
+``submit`` function; when handrail refuses an edit
+(:class:`~handrail.errors.InvalidDecisionError`, nothing saved) it says why and asks for the
+edited calls again.
+
+Everything the terminal does goes through two objects, so tests and other front ends can
+drive it without a TTY: a rich :class:`~rich.console.Console` for output and an
+:data:`Ask` function for input. With any agent that has a checkpointer::
+
+    reviewer = TerminalReviewer(Console(), input)
+    output = agent.invoke({"messages": [HumanMessage(task)]}, config, version="v2")
+    while output.interrupts:
+        intr = output.interrupts[0]
+        output = reviewer.settle(
+            intr, lambda answer: agent.invoke(Command(resume={intr.id: answer}), config, version="v2")
+        )
+    reviewer.verdicts  # {tool call id: Verdict(label="approved" | "edited" | ..., final_args=...)}
+
+``handrail demo`` (:func:`handrail.demo.run_demo`) reviews its thread this way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.text import Text
+
+from handrail.errors import HandrailError, InvalidDecisionError
+from handrail.types import GraphOutput, Interrupt
+
+__all__ = [
+    "Ask",
+    "ReviewDeferred",
+    "TerminalReviewer",
+    "UnsupportedInterruptError",
+    "Verdict",
+    "preview",
+]
+
+Ask = Callable[[str], str]
+"""Reads one answer from the person: gets a plain-text prompt, returns what they typed."""
+
+_DECISION_KEYS: dict[str, str] = {"approve": "a", "edit": "e", "reject": "r", "respond": "s"}
+_LATER = "later"
+_LATER_KEY = "l"
+_OUTCOME_UNKNOWN_DECISIONS = ["approve", "respond", "reject"]
+
+
+class ReviewDeferred(Exception):
+    """The person chose to answer a review later; nothing of that review was sent.
+
+    Raised by :class:`TerminalReviewer` (only when it offers "later"). The thread keeps
+    the review pending; :func:`handrail.demo.run_demo`, for one, catches it and returns a
+    result with ``waiting=True``.
+    """
+
+
+class UnsupportedInterruptError(HandrailError):
+    """The run paused for something that is not a tool review, so the terminal cannot answer it.
+
+    ``interrupt`` is the interrupt in question; nothing was sent for it.
+    """
+
+    def __init__(self, message: str, *, interrupt: Interrupt) -> None:
+        super().__init__(message)
+        self.interrupt = interrupt
+
+
+@dataclass(frozen=True, slots=True)
+class _ReviewItem:
+    name: str
+    args: dict[str, Any]
+    description: str
+    tool_call_id: str
+    allowed: list[str]
+    schema: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """How to read one interrupt: its items, and whether it takes a list of decisions."""
+
+    items: list[_ReviewItem]
+    batched: bool
+
+
+def _read_interrupt(intr: Interrupt) -> _Pending:
+    value = intr.value
+    if isinstance(value, Mapping) and "action_requests" in value:
+        configs = list(value.get("review_configs", []))
+        items = []
+        for i, request in enumerate(value["action_requests"]):
+            config = configs[i] if i < len(configs) else {}
+            items.append(
+                _ReviewItem(
+                    name=str(request["name"]),
+                    args=dict(request.get("args", {})),
+                    description=str(request.get("description", "")),
+                    tool_call_id=str(request.get("tool_call_id", "")),
+                    allowed=list(config.get("allowed_decisions", ["approve", "reject"])),
+                    schema=config.get("args_schema"),
+                )
+            )
+        return _Pending(items, batched=True)
+    if isinstance(value, Mapping) and value.get("type") in ("tool_approval", "outcome_unknown"):
+        allowed = value.get("allowed_decisions", _OUTCOME_UNKNOWN_DECISIONS)
+        item = _ReviewItem(
+            name=str(value["name"]),
+            args=dict(value.get("args", {})),
+            description=str(value.get("description", "")),
+            tool_call_id=str(value.get("tool_call_id", "")),
+            allowed=list(allowed),
+            schema=None,
+        )
+        return _Pending([item], batched=False)
+    raise UnsupportedInterruptError(
+        f"the run paused for something a terminal review cannot answer: {value!r}", interrupt=intr
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the person decided for one tool call, once handrail accepted it.
+
+    ``label`` is ``"approved"``, ``"edited"``, ``"rejected"`` or ``"answered"`` (the
+    person replied in the tool's place). ``final_args`` are the arguments the call runs
+    with: the proposed ones when approved, the edited ones when edited, None otherwise.
+    """
+
+    label: Literal["approved", "edited", "rejected", "answered"]
+    final_args: dict[str, Any] | None
+
+
+class TerminalReviewer:
+    """Shows review requests on ``console`` and reads decisions through ``ask``.
+
+    With ``auto_approve`` every call is approved without asking. With ``allow_later``
+    the person may also answer "later" (``l``), which raises :class:`ReviewDeferred`
+    before anything of that review is sent. :attr:`verdicts` records a :class:`Verdict`
+    for each tool call id, once handrail has accepted the decision.
+    """
+
+    def __init__(
+        self, console: Console, ask: Ask, *, auto_approve: bool = False, allow_later: bool = False
+    ) -> None:
+        self.console = console
+        self.ask = ask
+        self.auto_approve = auto_approve
+        self.allow_later = allow_later
+        self.verdicts: dict[str, Verdict] = {}
+
+    def settle(self, intr: Interrupt, submit: Callable[[Any], GraphOutput]) -> GraphOutput:
+        """Answer ``intr``; when handrail refuses an edit, say why and ask again.
+
+        ``submit`` sends the answer (the resume value for ``intr``) and returns the run's
+        output. Raises :class:`ReviewDeferred` when the person answers "later", and
+        :class:`UnsupportedInterruptError`, before asking anything, when ``intr`` is not a
+        tool review.
+        """
+        pending = _read_interrupt(intr)
+        decisions: list[dict[str, Any]] = []
+        for index, item in enumerate(pending.items, start=1):
+            self._render(item, index, len(pending.items))
+            try:
+                decisions.append(self._decide(item))
+            except ReviewDeferred:
+                if decisions:
+                    self.console.print(
+                        "The answers you gave in this review were not sent; it is asked again, "
+                        "whole, when you continue."
+                    )
+                raise
+        while True:
+            try:
+                output = submit({"decisions": decisions} if pending.batched else decisions[0])
+            except InvalidDecisionError as exc:
+                edited = [i for i, d in enumerate(decisions) if d["type"] == "edit"]
+                if not edited:
+                    raise
+                self.console.print(f"[red]handrail refused the answer:[/] {escape(str(exc))}")
+                self.console.print("Let's try that again.")
+                for i in edited:
+                    previous = decisions[i]["edited_action"]["args"]
+                    decisions[i] = self._decide(pending.items[i], start_args=previous)
+                continue
+            for item, decision in zip(pending.items, decisions, strict=True):
+                self.verdicts[item.tool_call_id] = _verdict(item, decision)
+            return output
+
+    def _render(self, item: _ReviewItem, index: int, total: int) -> None:
+        parts: list[RenderableType] = []
+        description = _without_default_args(item.description, item.name)
+        if description:
+            parts.append(Text(description))
+        parts.append(Text("Arguments", style="bold"))
+        parts.append(_json(item.args))
+        for name, value in item.args.items():
+            if isinstance(value, str) and "\n" in value.strip():
+                # Multi-line text is hard to read as a JSON string; show it as it will be written.
+                parts.append(Text(f"{name}, as text:", style="bold"))
+                parts.append(Panel(Text(value.rstrip("\n")), border_style="dim", expand=False))
+        parts.append(Text.assemble(("Allowed: ", "bold"), ", ".join(item.allowed)))
+        title = f"Review {index} of {total}: [bold]{escape(item.name)}[/]"
+        self.console.print(Panel(Group(*parts), title=title, title_align="left", border_style="yellow"))
+
+    def _decide(self, item: _ReviewItem, start_args: dict[str, Any] | None = None) -> dict[str, Any]:
+        if self.auto_approve:
+            if "approve" in item.allowed:
+                self.console.print(f"[green]Approved[/] {escape(item.name)} automatically.")
+                return {"type": "approve"}
+            self.console.print(f"[red]Rejected[/] {escape(item.name)}: approving it is not allowed.")
+            return {
+                "type": "reject",
+                "message": "Automatic mode may only approve, and approve is not allowed.",
+            }
+        kind = self._choose(item)
+        if kind == "approve":
+            return {"type": "approve"}
+        if kind == "reject":
+            reason = self.ask("Reason for the agent (optional, Enter to skip):").strip()
+            return {"type": "reject", "message": reason} if reason else {"type": "reject"}
+        if kind == "respond":
+            while True:
+                message = self.ask("Your reply, given to the agent instead of the tool's result:").strip()
+                if message:
+                    return {"type": "respond", "message": message}
+                self.console.print("A reply cannot be empty.")
+        args = self._edit_args(item, start_args if start_args is not None else item.args)
+        if args == item.args:
+            self.console.print("The arguments are unchanged, so the call is approved as proposed.")
+            return {"type": "approve"}
+        return {"type": "edit", "edited_action": {"name": item.name, "args": args}}
+
+    def _choose(self, item: _ReviewItem) -> str:
+        keys = {_DECISION_KEYS.get(kind, kind): kind for kind in item.allowed}
+        if self.allow_later:
+            keys[_LATER_KEY] = _LATER
+        menu = ", ".join(f"{kind} ({key})" for key, kind in keys.items())
+        while True:
+            answer = self.ask(f"Decision for {item.name} - {menu}:").strip().lower()
+            if answer in keys:
+                answer = keys[answer]
+            if answer == _LATER and self.allow_later:
+                raise ReviewDeferred(item.name)
+            if answer in item.allowed:
+                return answer
+            self.console.print(f"Please answer one of: {', '.join(keys)}.")
+
+    def _edit_args(self, item: _ReviewItem, current: dict[str, Any]) -> dict[str, Any]:
+        self.console.print(Text("Current arguments", style="bold"))
+        self.console.print(_json(current))
+        while True:
+            raw = self.ask("New arguments as a JSON object, or Enter to edit field by field:").strip()
+            if not raw:
+                args = self._edit_fields(item, current)
+                break
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                self.console.print(f"That is not valid JSON ({escape(exc.msg)}); try again.")
+                continue
+            if isinstance(value, dict):
+                args = value
+                break
+            self.console.print('The arguments must be a JSON object, like {"query": "..."}.')
+        self.console.print(Text("Edited arguments", style="bold"))
+        self.console.print(_json(args))
+        return args
+
+    def _edit_fields(self, item: _ReviewItem, current: dict[str, Any]) -> dict[str, Any]:
+        properties: dict[str, Any] = dict((item.schema or {}).get("properties", {}))
+        edited = dict(current)
+        if properties:
+            for name in [name for name in current if name not in properties]:
+                self.console.print(f"Dropping {escape(name)}: {escape(item.name)} takes no such argument.")
+                del edited[name]
+        for name in properties or current:
+            shown = preview(current[name]) if name in current else "not set"
+            raw = self.ask(f"{name} [{shown}] (Enter keeps it):").strip()
+            if raw:
+                edited[name] = raw if _is_text_field(properties.get(name), current.get(name)) else _loose(raw)
+        return edited
+
+
+def _verdict(item: _ReviewItem, decision: Mapping[str, Any]) -> Verdict:
+    kind = decision["type"]
+    if kind == "approve":
+        return Verdict("approved", item.args)
+    if kind == "edit":
+        return Verdict("edited", dict(decision["edited_action"]["args"]))
+    return Verdict("rejected" if kind == "reject" else "answered", None)
+
+
+def _without_default_args(description: str, name: str) -> str:
+    # The middleware's default description repeats the arguments, which the panel shows anyway.
+    head, found, _ = description.partition(f"\n\nTool: {name}\nArgs: ")
+    return head if found else description
+
+
+def _json(value: Any) -> Syntax:
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default")
+
+
+def preview(value: Any, width: int = 60) -> str:
+    """``value`` on one line of at most ``width`` characters (as JSON unless it is text)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _is_text_field(schema: Mapping[str, Any] | None, current: Any) -> bool:
+    if not schema:
+        return isinstance(current, str)
+    branches = [schema, *schema.get("anyOf", [])]
+    return any(branch.get("type") == "string" for branch in branches)
+
+
+def _loose(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw  # handrail's schema check will say what is wrong with it
