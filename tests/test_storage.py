@@ -10,6 +10,7 @@ import pytest
 from handrail import AgentMiddleware, Command, InMemorySaver, ScriptedModel, create_agent
 from handrail.checkpoint.base import StoredEvent, ThreadRecord
 from handrail.checkpoint.serde import dumps
+from handrail.errors import ConflictError
 
 from _support import AgentFactory, Ledger, call, config, turn
 
@@ -20,12 +21,32 @@ class CountingSaver(InMemorySaver):
     def __init__(self) -> None:
         super().__init__()
         self.appends: list[list[str]] = []
+        self.standalone: list[str] = []
 
     def append(
-        self, thread_id: str, events: Sequence[StoredEvent], *, expected_seq: int, record: ThreadRecord
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
-        self.appends.append([e.kind for e in events])
-        super().append(thread_id, events, expected_seq=expected_seq, record=record)
+        marks = ["+claim"] if claim else []
+        marks += ["-release"] if release else []
+        self.appends.append([e.kind for e in events] + marks)
+        super().append(
+            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+        )
+
+    def claim_run(self, thread_id: str, run_id: str) -> None:
+        self.standalone.append("claim")
+        super().claim_run(thread_id, run_id)
+
+    def release_run(self, thread_id: str, run_id: str) -> None:
+        self.standalone.append("release")
+        super().release_run(thread_id, run_id)
 
 
 def test_a_review_cycle_commits_once_per_effect_boundary(make_agent: AgentFactory, ledger: Ledger) -> None:
@@ -39,11 +60,12 @@ def test_a_review_cycle_commits_once_per_effect_boundary(make_agent: AgentFactor
     saver.appends.clear()
     agent.invoke(Command(resume={"decisions": [{"type": "approve"}] * 2}), config())
     assert saver.appends == [
-        ["resume", "step", "tool_started"],  # the answer and the decision step, before the tool acts
+        ["resume", "step", "tool_started", "+claim"],  # the answer, the decision step, the run's claim
         ["tool_finished", "tool_started"],
         ["tool_finished", "step"],  # results saved before the model sees them
-        ["step", "interrupt"],  # the model's answer and the next question
+        ["step", "interrupt", "-release"],  # the model's answer, the next question, the run ends
     ]
+    assert saver.standalone == []  # liveness costs no commit of its own
 
 
 def test_a_failing_hook_keeps_the_steps_before_it(spec_tools: list, ledger: Ledger) -> None:
@@ -78,3 +100,80 @@ def test_each_turn_stores_about_what_it_adds(make_agent: AgentFactory) -> None:
     stored = sum(len(e.payload) for e in agent.checkpointer.read("t1").events)  # type: ignore[union-attr]
     messages = len(dumps(agent.get_state(config()).values["messages"]))
     assert stored < 2 * messages, (stored, messages)
+
+
+class ReadCountingSaver(InMemorySaver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> Any:
+        self.reads += 1
+        return super().read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
+
+
+def _next(messages: list[Any]) -> dict[str, Any]:
+    """A stateless script, so that any agent continues any thread: write when asked, else answer."""
+    last = messages[-1]
+    if last.type == "human" and "write" in last.content:
+        return turn(call("write_file", path="a", content="b"))
+    return {"content": "done" if last.type == "tool" else f"re: {last.content}"}
+
+
+def _two_agents(saver: InMemorySaver, spec_tools: list) -> tuple[Any, Any]:
+    from handrail import HumanInTheLoopMiddleware
+
+    def build() -> Any:
+        return create_agent(
+            ScriptedModel([_next] * 50),
+            spec_tools,
+            middleware=[HumanInTheLoopMiddleware({"write_file": True})],
+            checkpointer=saver,
+        )
+
+    return build(), build()  # two agents, two caches: as two processes would be
+
+
+def test_a_warm_resume_does_not_read_the_store(spec_tools: list) -> None:
+    saver = ReadCountingSaver()
+    agent, _ = _two_agents(saver, spec_tools)
+    agent.invoke({"messages": "write it"}, config())
+    saver.reads = 0
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config())
+    assert saver.reads == 0  # the first append checks the cached reading instead
+
+
+def test_a_stale_cached_reading_is_never_acted_on(spec_tools: list, ledger: Ledger) -> None:
+    """Another process moved the thread on: the cached reading is retried from the store."""
+    saver = InMemorySaver()
+    first, second = _two_agents(saver, spec_tools)
+    (pending,) = first.invoke({"messages": "write it"}, config())["__interrupt__"]  # first caches it paused
+    second.invoke(Command(resume={pending.id: {"decisions": [{"type": "approve"}]}}), config())
+    assert ledger.names() == ["write_file"]
+
+    # first's cache still says "paused"; the truth is "finished"
+    assert "__interrupt__" not in first.invoke(None, config())
+    with pytest.raises(ConflictError, match="already answered"):
+        first.invoke(Command(resume={pending.id: {"decisions": [{"type": "approve"}]}}), config())
+    assert ledger.names() == ["write_file"]
+
+
+def test_a_cached_reading_of_a_deleted_thread_is_not_applied_to_its_successor(spec_tools: list) -> None:
+    saver = InMemorySaver()
+    first, second = _two_agents(saver, spec_tools)
+    first.invoke({"messages": "old"}, config())  # first caches the old thread
+    second.delete_thread("t1")
+    second.invoke({"messages": "new"}, config())  # same id, same length, another thread
+    result = first.invoke({"messages": "more"}, config())
+    assert [m.content for m in result["messages"] if m.type == "human"] == ["new", "more"]
+
+
+def test_a_stale_cache_does_not_turn_a_real_pause_into_an_error(spec_tools: list, ledger: Ledger) -> None:
+    saver = InMemorySaver()
+    first, second = _two_agents(saver, spec_tools)
+    first.invoke({"messages": "hello"}, config())  # cached: finished, nothing pending
+    second.invoke({"messages": "now write"}, config())  # the thread pauses elsewhere
+    # resuming through first works: its stale "nothing pending" is checked against the store
+    done = first.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config())
+    assert done["messages"][-1].content == "done"
+    assert ledger.names() == ["write_file"]

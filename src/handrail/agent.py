@@ -317,20 +317,36 @@ class Agent:
     def _run_sync(self, env: Env, request: loop.RunRequest) -> loop.RunResult:
         try:
             result: loop.RunResult = drive_sync(loop.run(env, request), env)
-            return result
+            if not _stale(env):
+                return result
+        except Exception:
+            if not _stale(env):
+                raise
         finally:
-            self._remember(env)
+            self._finish(env)
             if env.claimed:
                 env.store.release_run(env.thread_id, env.run_id)
+        return self._run_sync(_fresh(env), request)  # the cached reading was stale: read, run again
 
     async def _run_async(self, env: Env, request: loop.RunRequest) -> loop.RunResult:
         try:
             result: loop.RunResult = await drive_async(loop.run(env, request), env)
-            return result
+            if not _stale(env):
+                return result
+        except Exception:
+            if not _stale(env):
+                raise
         finally:
-            self._remember(env)
+            self._finish(env)
             if env.claimed:
                 await env.store.arelease_run(env.thread_id, env.run_id)
+        return await self._run_async(_fresh(env), request)
+
+    def _finish(self, env: Env) -> None:
+        if env.optimistic and env.appends == 0:
+            self._spec.cache.drop(env.thread_id)  # never trust a reading nothing confirmed
+        else:
+            self._remember(env)
 
     def _remember(self, env: Env) -> None:
         # Only a reading that matches the store is worth keeping (nothing failed, nothing unsaved).
@@ -588,6 +604,20 @@ _FAILED = "__failed__"
 
 class _StreamClosed(BaseException):
     """The consumer stopped reading a sync stream; the run stops at its next chunk."""
+
+
+def _stale(env: Env) -> bool:
+    """Whether a run started from a cached reading that no append confirmed: run it again.
+
+    Such a run failed before saving anything, or finished without writing (its answer
+    came from the cache alone). Nothing acts on the world before a run's first append
+    (rule 7), so running it again from a fresh reading repeats nothing.
+    """
+    return env.optimistic and env.appends == 0
+
+
+def _fresh(env: Env) -> Env:
+    return Env(env.spec, env.store, env.thread_id, emit=env.emit, modes=env.modes, trust_cache=False)
 
 
 def _check_version(version: str) -> None:

@@ -181,9 +181,24 @@ class Store:
         return getattr(self.saver, name)(*args, **kwargs)
 
     async def append(
-        self, thread_id: str, events: Sequence[StoredEvent], *, expected_seq: int, record: ThreadRecord
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
-        await self._call("append", thread_id, events, expected_seq=expected_seq, record=record)
+        await self._call(
+            "append",
+            thread_id,
+            events,
+            expected_seq=expected_seq,
+            record=record,
+            claim=claim,
+            release=release,
+        )
 
     async def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         result: ThreadRead = await self._call("read", thread_id, after_seq=after_seq, upto_seq=upto_seq)
@@ -399,12 +414,21 @@ class KillingSaver(BaseCheckpointSaver):
         self.appends = 0
 
     def append(
-        self, thread_id: str, events: Sequence[StoredEvent], *, expected_seq: int, record: ThreadRecord
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
         self.appends += 1
         if self.appends == self.at and self.when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
-        self.inner.append(thread_id, events, expected_seq=expected_seq, record=record)
+        self.inner.append(
+            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+        )
         if self.appends == self.at and self.when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
 

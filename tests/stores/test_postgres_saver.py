@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 import threading
@@ -14,9 +15,10 @@ from typing import Any
 import pytest
 from _stores import drop_schema, wait_until
 
+from handrail.checkpoint._postgres_sql import page_key
 from handrail.checkpoint._records import Migration
-from handrail.checkpoint.base import PendingFilter, StoredEvent, ThreadRecord
-from handrail.errors import ConfigurationError, SerializationError
+from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.errors import ConfigurationError, ConflictError, SerializationError
 
 psycopg = pytest.importorskip("psycopg")
 from handrail.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver  # noqa: E402
@@ -44,29 +46,36 @@ def _sql(dsn: str, schema: str, sql: str, params: Any = ()) -> list[Any]:
         return cursor.fetchall() if cursor.description else []
 
 
+OURS = 2  # handrail's own schema versions
+
+
 class _Extended(PostgresSaver):
     def schema_migrations(self) -> tuple[Migration, ...]:
         p = self.table_prefix
         return (
             *super().schema_migrations(),
-            Migration(2, "labels", (f"CREATE TABLE {p}labels (thread_id text, label text)",)),
-            Migration(3, "label index", (f"CREATE INDEX ON {p}labels (label)",)),
+            Migration(OURS + 1, "labels", (f"CREATE TABLE {p}labels (thread_id text, label text)",)),
+            Migration(OURS + 2, "label index", (f"CREATE INDEX ON {p}labels (label)",)),
         )
 
 
 def test_setup_is_versioned_and_idempotent(postgres: str, schema: str) -> None:
     with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
+        assert [m.version for m in saver.schema_migrations()] == list(range(1, OURS + 1))
         saver.setup()
         saver.setup()
         saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-    assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version") == [(1,)]
+    versions = list(range(1, OURS + 1))
+    assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
+        (v,) for v in versions
+    ]
     with _Extended.from_conn_string(postgres, schema=schema) as saver:
         assert saver.get_thread("t") == record("t", 1)  # set up on first use
     rows = _sql(postgres, schema, "SELECT version, description FROM handrail_schema_version ORDER BY 1")
-    assert rows == [(1, rows[0][1]), (2, "labels"), (3, "label index")]
+    assert rows[OURS:] == [(OURS + 1, "labels"), (OURS + 2, "label index")]
     with (
         PostgresSaver.from_conn_string(postgres, schema=schema) as saver,
-        pytest.raises(ConfigurationError, match="schema version 3, newer than this handrail knows"),
+        pytest.raises(ConfigurationError, match=f"schema version {OURS + 2}, newer than this handrail knows"),
     ):
         saver.setup()
 
@@ -91,9 +100,7 @@ def test_setup_from_many_sessions_at_once(postgres: str, schema: str) -> None:
         thread.join()
     assert errors == []
     assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
-        (1,),
-        (2,),
-        (3,),
+        (v,) for v in range(1, OURS + 3)
     ]
 
 
@@ -195,8 +202,17 @@ def test_the_inbox_queries_use_indexes(postgres: str, schema: str) -> None:
         _sql(
             postgres,
             schema,
-            "INSERT INTO handrail_pending_tools SELECT 'tool' || mod(n, 13), n, 't' || n, 'i' || n, n "
-            "FROM generate_series(1, %s) AS n",
+            "INSERT INTO handrail_pending_tools (tool, created_at, thread_id, interrupt_id, pending_id, "
+            "page_key) SELECT 'tool' || mod(n, 13), n, 't' || n, 'i' || n, n, "
+            "handrail_page_key(n, 't' || n, 'i' || n) FROM generate_series(1, %s) AS n",
+            (rows,),
+        )
+        _sql(
+            postgres,
+            schema,
+            "INSERT INTO handrail_pending_metadata (key, value, page_key, thread_id, pending_id) "
+            "SELECT 'team', to_jsonb('team' || mod(n, 10)), handrail_page_key(n, 't' || n, 'i' || n), "
+            "'t' || n, n FROM generate_series(1, %s) AS n",
             (rows,),
         )
         _sql(postgres, schema, "ANALYZE")
@@ -215,9 +231,7 @@ def test_the_inbox_queries_use_indexes(postgres: str, schema: str) -> None:
             plan = "\n".join(row[0] for row in _sql(postgres, schema, "EXPLAIN " + query.sql, query.params))
             assert "Seq Scan" not in plan, plan
             assert "Index Scan" in plan or "Index Only Scan" in plan, plan
-            if filter.thread_id is None and filter.metadata is None:
-                # walked in page order; a thread's few reviews, or the threads a metadata
-                # filter finds through the GIN index, may be sorted in memory instead
+            if filter.thread_id is None:  # walked in page order (a thread's few reviews may be sorted)
                 assert "Sort" not in plan, plan
         page = saver.list_pending(PendingFilter(tool="tool3", limit=3))
         assert [item.review.interrupt_id for item in page] == ["i3", "i16", "i29"]
@@ -230,3 +244,169 @@ def test_what_postgres_cannot_hold_is_refused_clearly(postgres: str, schema: str
             saver.append("t", events(1, 1), expected_seq=0, record=nul)
         assert saver.get_thread("t") is None
         saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))  # nothing was left behind
+
+
+# Round trips, the liveness lock, page keys, migrations -------------------------------------------------
+def _round_trips(conn: Any, path: str, call: Any) -> int:
+    """How many times ``call`` waited for the server: its ReadyForQuery messages (libpq trace)."""
+    with open(path, "w") as trace:
+        conn.pgconn.trace(trace.fileno())
+        try:
+            call()
+        finally:
+            conn.pgconn.untrace()
+    with open(path) as trace:
+        return sum(1 for line in trace if "\tReadyForQuery" in line)
+
+
+def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any) -> None:
+    if psycopg.pq.version() < 140000:
+        pytest.skip("libpq before 14 writes another trace format")
+    ask = PendingReview("i1", "interrupt", ("write_file",), 5.0, b"{}")
+    paused = ThreadRecord("t", 3, "interrupted", "e", 1.0, 2.0, {"team": "a"}, (ask,))
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        saver = PostgresSaver(conn, schema=schema)
+        saver.setup()
+        saver.claim_run("warm-up", "r")  # takes the liveness lock, once
+        trace = str(tmp_path / "trace")
+        calls = {
+            "append, new thread": lambda: saver.append(
+                "t", events(1, 2), expected_seq=0, record=record("t", 2)
+            ),
+            "append with a claim and a pause": lambda: saver.append(
+                "t", events(3, 1), expected_seq=2, record=paused, claim="r1"
+            ),
+            "append with a release": lambda: saver.append(
+                "t", events(4, 1), expected_seq=3, record=record("t", 4), release="r1"
+            ),
+            "read": lambda: saver.read("t"),
+            "get_thread": lambda: saver.get_thread("t"),
+            "list_threads": lambda: saver.list_threads(ThreadFilter(metadata={"team": "a"})),
+            "list_pending": lambda: saver.list_pending(PendingFilter(tool="x", metadata={"team": "a"})),
+            "claim_run": lambda: saver.claim_run("t", "r2"),
+            "release_run": lambda: saver.release_run("t", "r2"),
+            "runs_alive": lambda: saver.runs_alive("t"),
+            "prune": lambda: saver.prune(
+                "t", upto_seq=2, snapshot=StoredEvent(2, "snapshot", 2.0, b"{}"), keep_kinds=frozenset()
+            ),
+            "delete_thread": lambda: saver.delete_thread("t"),
+        }
+        trips = {name: _round_trips(conn, trace, call) for name, call in calls.items()}
+        assert trips == dict.fromkeys(calls, 1)
+        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+
+        def lose() -> None:
+            with pytest.raises(ConflictError):
+                saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+
+        conflict = _round_trips(conn, trace, lose)
+        assert conflict == 1  # the server tells the conflict: no second query, nothing to roll back
+        saver.close()
+
+
+def test_a_claim_takes_a_lost_liveness_lock_again(postgres: str, schema: str) -> None:
+    with (
+        PostgresSaver.from_conn_string(postgres, schema=schema) as runner,
+        PostgresSaver.from_conn_string(postgres, schema=schema) as watcher,
+    ):
+        runner.claim_run("t", "r1")
+        _sql(postgres, schema, "SELECT pg_terminate_backend(%s)", (_owner_backend_pid(runner),))
+        wait_until(lambda: watcher.runs_alive("t") == set(), "the lock to go with its session")
+        # the claim's transaction finds no session holding the lock, so it saves nothing;
+        # the saver locks again, re-claims r1, and the append goes through
+        runner.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
+        assert watcher.runs_alive("t") == {"r1", "r2"}
+        assert [e.seq for e in watcher.read("t").events] == [1]
+    with psycopg.connect(postgres, autocommit=True) as conn:  # one connection carries the lock
+        saver = PostgresSaver(conn, schema=schema)
+        with PostgresSaver.from_conn_string(postgres, schema=schema) as watcher:
+            saver.claim_run("u", "r1")
+            conn.execute("SELECT pg_advisory_unlock_all()")
+            assert watcher.runs_alive("u") == set()
+            saver.claim_run("u", "r2")
+            assert watcher.runs_alive("u") == {"r1", "r2"}
+            saver.close()
+            assert watcher.runs_alive("u") == set()
+
+
+async def test_an_async_claim_takes_a_lost_liveness_lock_again(postgres: str, schema: str) -> None:
+    async with AsyncPostgresSaver.from_conn_string(postgres, schema=schema) as runner:
+        with PostgresSaver.from_conn_string(postgres, schema=schema) as watcher:
+            await runner.aclaim_run("t", "r1")
+            assert runner._owner_conn is not None
+            pid = runner._owner_conn.info.backend_pid
+            _sql(postgres, schema, "SELECT pg_terminate_backend(%s)", (pid,))
+            wait_until(lambda: watcher.runs_alive("t") == set(), "the lock to go with its session")
+            await runner.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
+            assert watcher.runs_alive("t") == {"r1", "r2"}
+            await runner.aappend("t", events(2, 1), expected_seq=1, record=record("t", 2), release="r2")
+            assert watcher.runs_alive("t") == {"r1"}
+
+
+def test_page_keys_sort_like_the_inbox(postgres: str, schema: str) -> None:
+    times = [-1e300, -2.5, -1.0, -5e-324, -0.0, 0.0, 5e-324, 1e-9, 1.0, 1.5, 1700000000.25, 1e300]
+    ids = ["", "a", "a\x01", "ab", "b", "é", "\uffff", "🐢", "z" * 30]
+    keys = [(at, thread, interrupt) for at in times for thread in ids[:5] for interrupt in ("", "i", "🐢")]
+    keys += [(1.0, thread, "i") for thread in ids]
+    assert sorted(keys, key=lambda key: page_key(*key)) == sorted(keys)  # -0.0 == 0.0, as in a tuple
+    with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
+        saver.setup()
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        rows = conn.execute(
+            "SELECT handrail_page_key(k.at, k.thread, k.interrupt) FROM unnest(%s::float8[], %s::text[], "
+            "%s::text[]) WITH ORDINALITY AS k (at, thread, interrupt, n) ORDER BY k.n",
+            ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+        ).fetchall()
+        assert [row[0] for row in rows] == [page_key(*key) for key in keys]  # SQL and Python agree
+        for at in times[1:-1]:  # the bound list_pending puts on older_than: created_at <= at
+            bound = page_key(math.nextafter(at, math.inf), "", "")[:8]
+            assert {x for x in times if page_key(x, "a", "i") < bound} == {x for x in times if x <= at}
+
+
+class _Version1(PostgresSaver):
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        return super().schema_migrations()[:1]
+
+
+def test_a_version_1_schema_is_migrated_with_its_inbox(postgres: str, schema: str) -> None:
+    with _Version1.from_conn_string(postgres, schema=schema) as old:
+        old.setup()
+    for n, (team, tool) in enumerate([("a", "write_file"), ("b", "sql"), ("a", "sql")]):
+        _sql(
+            postgres,
+            schema,
+            "INSERT INTO handrail_threads VALUES (%s, 1, 'interrupted', 'e', 1.0, 2.0, %s::jsonb, 1)",
+            (f"t{n}", f'{{"team": "{team}", "tags": [1]}}'),
+        )
+        _sql(
+            postgres, schema, "INSERT INTO handrail_events VALUES (%s, 1, 'step', 1.0, '\\x7b7d')", (f"t{n}",)
+        )
+        _sql(
+            postgres,
+            schema,
+            "INSERT INTO handrail_pending (thread_id, interrupt_id, position, kind, tools, created_at, "
+            "payload) VALUES (%s, %s, 0, 'interrupt', %s, %s, '\\x7b7d')",
+            (f"t{n}", f"i{n}", [tool], 10.0 - n),
+        )
+        _sql(
+            postgres,
+            schema,
+            "INSERT INTO handrail_pending_tools SELECT %s, p.created_at, p.thread_id, p.interrupt_id, p.id "
+            "FROM handrail_pending AS p WHERE p.thread_id = %s",
+            (tool, f"t{n}"),
+        )
+    with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
+
+        def found(**filter: Any) -> list[str]:
+            return [item.thread_id for item in saver.list_pending(PendingFilter(**filter))]
+
+        assert found(metadata={"team": "a"}) == ["t2", "t0"]
+        assert found(metadata={"team": "a"}, tool="sql") == ["t2"]
+        assert found(tool="sql") == ["t2", "t1"]
+        assert found(tool="sql", after=(8.0, "t2", "i2")) == ["t1"]
+        assert found(metadata={"team": "a", "tags": [1]}, limit=1) == ["t2"]
+        saver.append("t2", events(2, 1), expected_seq=1, record=record("t2", 2))  # answered
+        assert found(metadata={"team": "a"}) == ["t0"]
+        assert found(tool="sql") == ["t1"]
+    assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [(1,), (2,)]

@@ -299,3 +299,55 @@ def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
         "i29",
     ]
     saver.close()
+
+
+# Durability and claims made by appends ------------------------------------------------------------
+def test_synchronous_is_full_unless_normal_is_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with SqliteSaver(path) as first:
+        first.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+    for option, expected in ({}, 2), ({"synchronous": "NORMAL"}, 1), ({"synchronous": "FULL"}, 2):
+        with SqliteSaver(path, **option) as saver:  # type: ignore[arg-type]
+            with saver._connection() as conn:
+                assert conn.execute("PRAGMA synchronous").fetchone() == (expected,), option
+            assert saver.get_thread("t") == record("t", 1)
+    for wrong in ("OFF", "EXTRA", "full"):
+        with pytest.raises(ConfigurationError, match='"FULL" or "NORMAL"'):
+            SqliteSaver(path, synchronous=wrong)  # type: ignore[arg-type]
+
+
+def test_a_claim_made_by_an_append_keeps_its_lease(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    saver = SqliteSaver(path, lease_seconds=1.0)  # renewed every third of a second
+
+    def expiry() -> float:
+        with sqlite3.connect(path) as conn:
+            row = conn.execute("SELECT expires_at FROM run_owners").fetchone()
+            return float(row[0])
+
+    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r")
+    first = expiry()
+    wait_until(lambda: expiry() > first, "the heartbeat to renew the lease")
+    wait_until(lambda: time.time() > first, "the first lease to have run out")
+    assert saver.runs_alive("t") == {"r"}
+    saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2), release="r")
+    assert saver.runs_alive("t") == set()
+    saver.close()
+
+
+def test_claims_write_the_lease_once_a_heartbeat_period(tmp_path: Path) -> None:
+    path = tmp_path / "w.db"
+    saver = SqliteSaver(path, lease_seconds=600.0)
+    saver.claim_run("t", "r1")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE run_owners SET expires_at = 12345.0")  # a mark, not a real expiry
+    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
+    saver.claim_run("u", "r3")
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT expires_at FROM run_owners").fetchall() == [(12345.0,)]
+    saver._renewed = ("", 0.0)  # as if a heartbeat period had passed
+    saver.claim_run("u", "r4")
+    with sqlite3.connect(path) as conn:
+        (expires_at,) = conn.execute("SELECT expires_at FROM run_owners").fetchone()
+    assert expires_at > time.time() + 500
+    saver.close()

@@ -1,19 +1,30 @@
 """The SQL of the Postgres savers, with no I/O (see ``postgres.py`` for the drivers).
 
 Every operation is a generator that yields batches of :class:`Query` and receives
-their :class:`Result` s; ``postgres.py`` performs it with psycopg's sync or async
-driver, in one transaction, each batch in one pipeline round trip. So the SQL and the
-logic around it are written once for :class:`~handrail.checkpoint.postgres.PostgresSaver`
-and :class:`~handrail.checkpoint.postgres.AsyncPostgresSaver`.
+their :class:`Result` s; ``postgres.py`` sends each batch in one round trip (several
+statements in one pipeline, with one sync). So the SQL and the logic around it are
+written once for :class:`~handrail.checkpoint.postgres.PostgresSaver` and
+:class:`~handrail.checkpoint.postgres.AsyncPostgresSaver`.
+
+Every operation but :meth:`Queries.setup` is **one statement**: one round trip, one
+transaction, nothing to roll back. Decisions that would otherwise need a result in
+Python first are made by the server: an append whose expected head (or epoch) is stale
+calls ``handrail_conflict()``, which raises SQLSTATE :data:`CONFLICT_STATE`, and a
+claim made while the saver's liveness lock is gone calls ``handrail_fail()``
+(:data:`LOST_LOCK_STATE`); either way the statement saves nothing. Only setup looks at
+results inside its transaction, so its batches bring their own ``BEGIN``/``COMMIT``.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
+import math
 import re
+import struct
 import time
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,6 +37,7 @@ from handrail.checkpoint._records import (
     decode_metadata,
     encode_metadata,
     encode_tools,
+    epoch_conflict,
     event_from_row,
     pending_from_row,
     record_from_row,
@@ -40,15 +52,51 @@ from handrail.checkpoint.base import (
     ThreadRecord,
 )
 from handrail.checkpoint.serde import dumps
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, ConflictError
 
-__all__ = ["SNAPSHOT", "Op", "Queries", "Query", "Result"]
+__all__ = [
+    "BEGIN",
+    "COMMIT",
+    "CONFLICT_STATE",
+    "LOST_LOCK_STATE",
+    "Op",
+    "Queries",
+    "Query",
+    "Result",
+    "page_key",
+]
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
 
 _LOCK_SPACE = 0x68726C00  # "hrl\0": the first key of setup's two-key advisory lock
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+
+CONFLICT_STATE = "HR409"
+"""The SQLSTATE ``handrail_conflict()`` raises: an append's expected head or epoch is stale."""
+
+LOST_LOCK_STATE = "HR410"
+"""The SQLSTATE of a claim made while no session holds the saver's liveness lock."""
+
+INDEXED_BYTES = 200
+"""The longest metadata key, and string value, ``pending_metadata`` indexes (UTF-8 bytes).
+
+Short enough that an index entry (key, value and page key) stays far below B-tree's
+limit of about 2.7 kB, whatever the thread's id; changing it needs a migration.
+"""
+
+# Which top-level metadata entries get a ``pending_metadata`` row: a key and a scalar
+# value, strings and keys up to INDEXED_BYTES. ``_indexed`` is the same rule in Python,
+# for the filter side; both sides must agree, or a metadata filter would miss rows.
+_INDEXED_SQL = (
+    f"octet_length(convert_to(e.key, 'UTF8')) <= {INDEXED_BYTES} AND "
+    "(jsonb_typeof(e.value) IN ('number', 'boolean', 'null') OR (jsonb_typeof(e.value) = 'string' "
+    f"AND octet_length(convert_to(e.value #>> '{{}}', 'UTF8')) <= {INDEXED_BYTES}))"
+)
+
+
+# The bits of a float (-0.0 made 0.0) as a signed 64-bit integer, for page_key().
+_BITS = "('x' || encode(float8send(p_at + 0.0), 'hex'))::bit(64)::bigint"
 
 
 def _migrations(p: str) -> tuple[Migration, ...]:
@@ -113,6 +161,70 @@ def _migrations(p: str) -> tuple[Migration, ...]:
                 )""",
             ),
         ),
+        Migration(
+            2,
+            "appends in one round trip, the inbox's metadata index, page keys",
+            (
+                # Called by an append whose expected head or epoch is stale: raise, so the
+                # transaction (sent with its COMMIT in one pipeline) saves nothing.
+                f"""CREATE OR REPLACE FUNCTION {p}conflict(p_thread text, p_expected bigint, p_epoch text)
+                RETURNS boolean LANGUAGE plpgsql VOLATILE AS $conflict$
+                DECLARE
+                    found_head bigint;
+                    found_epoch text;
+                BEGIN
+                    SELECT t.head_seq, t.epoch INTO found_head, found_epoch
+                    FROM {p}threads AS t WHERE t.thread_id = p_thread;
+                    RAISE EXCEPTION USING
+                        ERRCODE = '{CONFLICT_STATE}',
+                        MESSAGE = 'handrail: thread ' || quote_literal(p_thread) || ' moved on',
+                        DETAIL = json_build_array(found_head, found_epoch, p_expected, p_epoch)::text;
+                END
+                $conflict$""",
+                # Called by a claim when no session holds the saver's liveness lock: the
+                # claim would be dead on arrival, so nothing commits and the saver locks again.
+                f"""CREATE OR REPLACE FUNCTION {p}fail(p_state text, p_message text)
+                RETURNS boolean LANGUAGE plpgsql VOLATILE AS $fail$
+                BEGIN
+                    RAISE EXCEPTION USING ERRCODE = p_state, MESSAGE = p_message;
+                END
+                $fail$""",
+                # The inbox order as one sortable value: (created_at, thread_id, interrupt_id)
+                # as bytes that compare the same way (the float's bits made order-preserving,
+                # then the ids in UTF-8, split by a NUL, which text cannot hold). The saver
+                # computes the same bytes in Python (page_key below); this is for SQL.
+                f"""CREATE OR REPLACE FUNCTION {p}page_key(
+                    p_at double precision, p_thread text, p_interrupt text
+                ) RETURNS bytea LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $page_key$
+                    SELECT int8send(
+                        CASE WHEN {_BITS} >= 0 THEN {_BITS} # (-9223372036854775808) ELSE ~{_BITS} END
+                    ) || convert_to(p_thread, 'UTF8') || '\\x00'::bytea || convert_to(p_interrupt, 'UTF8')
+                $page_key$""",
+                # The tool index joins on that key, so that the planner can combine it with
+                # the metadata index below in page order (a merge join on one column).
+                f"ALTER TABLE {p}pending_tools ADD COLUMN page_key bytea",
+                f"UPDATE {p}pending_tools SET page_key = {p}page_key(created_at, thread_id, interrupt_id)",
+                f"ALTER TABLE {p}pending_tools ALTER COLUMN page_key SET NOT NULL",
+                f"ALTER TABLE {p}pending_tools DROP CONSTRAINT {_bare(p)}pending_tools_pkey",
+                f"ALTER TABLE {p}pending_tools ADD CONSTRAINT {_bare(p)}pending_tools_pkey "
+                "PRIMARY KEY (tool, page_key)",
+                # One row per pending review and indexed metadata entry of its thread (see
+                # _INDEXED_SQL), so that a metadata filter walks an index in page order.
+                f"""CREATE TABLE {p}pending_metadata (
+                    key        text COLLATE "C" NOT NULL,
+                    value      jsonb NOT NULL,
+                    page_key   bytea NOT NULL,
+                    thread_id  text COLLATE "C" NOT NULL,
+                    pending_id bigint NOT NULL,
+                    PRIMARY KEY (key, value, page_key)
+                )""",
+                f"CREATE INDEX {_bare(p)}pending_metadata_by_thread ON {p}pending_metadata (thread_id)",
+                f"INSERT INTO {p}pending_metadata (key, value, page_key, thread_id, pending_id) "
+                f"SELECT e.key, e.value, {p}page_key(p.created_at, p.thread_id, p.interrupt_id), "
+                f"p.thread_id, p.id FROM {p}pending AS p JOIN {p}threads AS t ON t.thread_id = p.thread_id, "
+                f"jsonb_each(t.metadata) AS e WHERE {_INDEXED_SQL}",
+            ),
+        ),
     )
 
 
@@ -124,8 +236,7 @@ def _bare(prefix: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Query:
     sql: str
-    params: Sequence[Any] = ()
-    many: Sequence[Sequence[Any]] | None = None
+    params: Sequence[Any] | Mapping[str, Any] | None = ()  # None: ``%`` is literal (migrations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +247,8 @@ class Result:
 
 Op = Generator[list[Query], list[Result], T]
 
-SNAPSHOT = Query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+BEGIN = Query("BEGIN")
+COMMIT = Query("COMMIT")
 
 
 class Queries:
@@ -150,14 +262,29 @@ class Queries:
         self.migrations = _migrations(p)
         self.threads, self.events, self.pending = f"{p}threads", f"{p}events", f"{p}pending"
         self.pending_tools, self.runs, self.versions = f"{p}pending_tools", f"{p}runs", f"{p}schema_version"
+        self.pending_metadata = f"{p}pending_metadata"
         self.lock_key = zlib.crc32((schema or "").encode()) - 2**31
-        self.record_select = (
-            f"SELECT t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, "
-            f"t.metadata::text, CASE WHEN t.pending_count > 0 THEN (SELECT json_agg(json_build_array("
-            f"p.interrupt_id, p.kind, p.tools, p.created_at, encode(p.payload, 'base64')) "
-            f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END "
-            f"FROM {p}threads AS t"
+        self.record_columns = (
+            "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, "
+            "t.metadata::text, CASE WHEN t.pending_count > 0 THEN (SELECT json_agg(json_build_array("
+            "p.interrupt_id, p.kind, p.tools, p.created_at, encode(p.payload, 'base64')) "
+            f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
         )
+        self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
+        self._append_sql: dict[tuple[bool, bool, bool, int], str] = {}
+        # true, or (calling handrail_fail) an error: a claim must not outlive its lock
+        self._lock_held = (
+            f"(SELECT CASE WHEN {_alive('%(owner)s::bigint')} THEN true "
+            f"ELSE {p}fail('{LOST_LOCK_STATE}', 'handrail: the liveness lock of this saver is not held') END)"
+        )
+        self._claim_sql = (  # forget the thread's dead runs, claim this one, while our lock is held
+            f"WITH dead AS (DELETE FROM {self.runs} AS r WHERE r.thread_id = %(thread)s "
+            f"AND r.run_id <> %(claim)s AND NOT {_alive('r.owner_key')}) "
+            f"INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) "
+            f"SELECT %(thread)s, %(claim)s, %(owner)s, %(now)s WHERE {self._lock_held} "
+            "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key"
+        )
+        self._release_sql = f"DELETE FROM {self.runs} WHERE thread_id = %s AND run_id = %s"
 
     # Schema --------------------------------------------------------------------------------
     def version(self) -> Op[int]:
@@ -177,7 +304,8 @@ class Queries:
         return int(result.rows[0][0])
 
     def setup(self, migrations: Sequence[Migration]) -> Op[int]:
-        yield [Query("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, self.lock_key))]
+        """Migrate in one transaction, under a transaction-scoped advisory lock."""
+        yield [BEGIN, Query("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, self.lock_key))]
         current = yield from self.version()
         latest = migrations[-1].version
         if current > latest:
@@ -197,124 +325,239 @@ class Queries:
         for migration in migrations:
             if migration.version > current:
                 yield [
-                    *(Query(statement) for statement in migration.statements),
+                    *(Query(statement, None) for statement in migration.statements),
                     Query(
                         f"INSERT INTO {self.versions} (version, description) VALUES (%s, %s)",
                         (migration.version, migration.description),
                     ),
                 ]
+        yield [COMMIT]
         return latest
 
     # Writing ---------------------------------------------------------------------------------
     def append(
-        self, thread_id: str, events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        expected_seq: int,
+        record: ThreadRecord,
+        *,
+        claim: tuple[str, int] | None = None,
+        release: str | None = None,
     ) -> Op[None]:
+        """One statement: move the head (or conflict), then write everything else.
+
+        ``claim`` is ``(run_id, owner_key)``: the run is claimed, then ``release`` released.
+        """
+        params: dict[str, Any] = {
+            "thread": thread_id,
+            "expected": expected_seq,
+            "epoch": record.epoch,
+            "head": record.head_seq,
+            "status": record.status,
+            "created": record.created_at,
+            "updated": record.updated_at,
+            "metadata": encode_metadata(record.metadata, thread_id).decode(),
+            "count": len(record.pending),
+        }
+        if events:
+            params.update(
+                seqs=[e.seq for e in events],
+                kinds=[e.kind for e in events],
+                times=[e.created_at for e in events],
+                payloads=[e.payload for e in events],
+            )
+        if record.pending:
+            params.update(
+                ids=[r.interrupt_id for r in record.pending],
+                review_kinds=[r.kind for r in record.pending],
+                tools=[orjson.dumps(encode_tools(r.tools)).decode() for r in record.pending],
+                review_times=[r.created_at for r in record.pending],
+                review_payloads=[r.payload for r in record.pending],
+                review_keys=[page_key(r.created_at, thread_id, r.interrupt_id) for r in record.pending],
+            )
+        claiming = 0  # 1: claim a run, 2: claim and release the same run
+        if claim is not None:
+            params.update(claim=claim[0], owner=claim[1], now=time.time())
+            claiming = 2 if claim[0] == release else 1
+        if release is not None:
+            params["release"] = release
+        flags = (expected_seq == 0, bool(events), bool(record.pending), claiming + 3 * (release is not None))
+        sql = self._append_sql.get(flags)
+        if sql is None:
+            sql = self._append_sql[flags] = self._build_append(
+                new=expected_seq == 0,
+                events=bool(events),
+                pending=bool(record.pending),
+                claim=claiming,
+                release=release is not None,
+            )
+        yield [Query(sql, params)]
+
+    def _build_append(self, *, new: bool, events: bool, pending: bool, claim: int, release: bool) -> str:
+        """The SQL of an append: data-modifying CTEs, each done only if the head moved.
+
+        One statement is one transaction and one round trip, with no BEGIN or COMMIT:
+        if the head did not move, the main query calls ``handrail_conflict()``, which
+        raises, and the statement saves nothing. Old pending rows are deleted before
+        the new ones are inserted (a CTE that reads another waits for it to finish).
+        """
+        p = self.prefix
         row = (
-            record.head_seq,
-            record.status,
-            record.epoch,
-            record.created_at,
-            record.updated_at,
-            encode_metadata(record.metadata, thread_id).decode(),
-            len(record.pending),
+            "head_seq = %(head)s, status = %(status)s, created_at = %(created)s, updated_at = %(updated)s, "
+            "metadata = %(metadata)s::jsonb, pending_count = %(count)s"
         )
-        batch: list[Query] = []
-        if expected_seq == 0:
-            batch.append(
-                Query(
-                    f"INSERT INTO {self.threads} (head_seq, status, epoch, created_at, updated_at, "
-                    "metadata, pending_count, thread_id) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s) "
-                    "ON CONFLICT (thread_id) DO NOTHING",
-                    (*row, thread_id),
-                )
+        if new:  # a new thread, or one still at event 0
+            moved = (
+                f"INSERT INTO {self.threads} AS t (thread_id, epoch, head_seq, status, created_at, "
+                "updated_at, metadata, pending_count) VALUES (%(thread)s, %(epoch)s, %(head)s, %(status)s, "
+                "%(created)s, %(updated)s, %(metadata)s::jsonb, %(count)s) ON CONFLICT (thread_id) DO UPDATE "
+                f"SET epoch = excluded.epoch, {row} WHERE t.head_seq = 0 RETURNING t.metadata"
             )
         else:
-            batch += [
-                Query(
-                    f"UPDATE {self.threads} SET head_seq = %s, status = %s, epoch = %s, created_at = %s, "
-                    "updated_at = %s, metadata = %s::jsonb, pending_count = %s "
-                    "WHERE thread_id = %s AND head_seq = %s",
-                    (*row, thread_id, expected_seq),
-                ),
-                Query(f"DELETE FROM {self.pending} WHERE thread_id = %s", (thread_id,)),
-                Query(f"DELETE FROM {self.pending_tools} WHERE thread_id = %s", (thread_id,)),
-            ]
-        if events:
-            batch.append(
-                Query(
-                    f"INSERT INTO {self.events} (thread_id, seq, kind, created_at, payload) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    many=[(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events],
-                )
+            moved = (
+                f"UPDATE {self.threads} SET {row} WHERE thread_id = %(thread)s AND head_seq = %(expected)s "
+                "AND epoch = %(epoch)s RETURNING metadata"
             )
-        pending = [
-            (thread_id, r.interrupt_id, i, r.kind, encode_tools(r.tools), r.created_at, r.payload)
-            for i, r in enumerate(record.pending)
+        go = "EXISTS (SELECT FROM moved)"
+        ctes = [
+            f"moved AS ({moved})",
+            f"cleared AS (DELETE FROM {self.pending} WHERE thread_id = %(thread)s AND {go} RETURNING 1)",
+            f"cleared_tools AS (DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {go} "
+            "RETURNING 1)",
+            f"cleared_metadata AS (DELETE FROM {self.pending_metadata} WHERE thread_id = %(thread)s "
+            f"AND {go} RETURNING 1)",
         ]
+        if events:
+            ctes.append(
+                f"logged AS (INSERT INTO {self.events} (thread_id, seq, kind, created_at, payload) "
+                "SELECT %(thread)s, e.* FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], "
+                f"%(times)s::double precision[], %(payloads)b::bytea[]) AS e WHERE {go})"
+            )
         if pending:
-            batch += [
-                Query(
-                    f"INSERT INTO {self.pending} (thread_id, interrupt_id, position, kind, tools, "
-                    "created_at, payload) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    many=pending,
-                ),
-                Query(
-                    f"INSERT INTO {self.pending_tools} "
-                    "(tool, created_at, thread_id, interrupt_id, pending_id) "
-                    "SELECT DISTINCT t.tool, p.created_at, p.thread_id, p.interrupt_id, p.id "
-                    f"FROM {self.pending} AS p, unnest(p.tools) AS t (tool) WHERE p.thread_id = %s",
-                    (thread_id,),
-                ),
+            keyed = (  # each added review with its page key
+                "added AS a JOIN unnest(%(ids)s::text[], %(review_keys)b::bytea[]) "
+                "AS k (interrupt_id, page_key) ON k.interrupt_id = a.interrupt_id"
+            )
+            ctes += [
+                f"added AS (INSERT INTO {self.pending} (thread_id, interrupt_id, position, kind, tools, "
+                "created_at, payload) SELECT %(thread)s, r.interrupt_id, r.n - 1, r.kind, "
+                "ARRAY(SELECT jsonb_array_elements_text(r.tools)), r.created_at, r.payload "
+                "FROM unnest(%(ids)s::text[], %(review_kinds)s::text[], %(tools)s::jsonb[], "
+                "%(review_times)s::double precision[], %(review_payloads)b::bytea[]) WITH ORDINALITY "
+                "AS r (interrupt_id, kind, tools, created_at, payload, n) "
+                f"WHERE (SELECT count(*) FROM cleared) >= 0 AND {go} "
+                "RETURNING id, interrupt_id, tools, created_at)",
+                f"tooled AS (INSERT INTO {self.pending_tools} "
+                "(tool, created_at, thread_id, interrupt_id, pending_id, page_key) "
+                "SELECT DISTINCT t.tool, a.created_at, %(thread)s, a.interrupt_id, a.id, k.page_key "
+                f"FROM {keyed} CROSS JOIN unnest(a.tools) AS t (tool) "
+                "WHERE (SELECT count(*) FROM cleared_tools) >= 0)",
+                f"tagged AS (INSERT INTO {self.pending_metadata} "
+                "(key, value, page_key, thread_id, pending_id) "
+                f"SELECT e.key, e.value, k.page_key, %(thread)s, a.id FROM {keyed} CROSS JOIN moved AS m "
+                f"CROSS JOIN jsonb_each(m.metadata) AS e WHERE {_INDEXED_SQL} "
+                "AND (SELECT count(*) FROM cleared_metadata) >= 0)",
             ]
-        results = yield batch
-        if results[0].rowcount != 1:
-            (found,) = yield [
-                Query(f"SELECT head_seq FROM {self.threads} WHERE thread_id = %s", (thread_id,))
-            ]
-            raise conflict(thread_id, expected_seq, found.rows[0][0] if found.rows else 0)
+        if claim:
+            keep = "ARRAY[%(claim)s, %(release)s]" if release else "ARRAY[%(claim)s]"
+            ctes.append(
+                f"dead AS (DELETE FROM {self.runs} AS r WHERE r.thread_id = %(thread)s "
+                f"AND r.run_id <> ALL ({keep}::text[]) AND NOT {_alive('r.owner_key')} AND {go})"
+            )
+        if claim == 1:
+            ctes.append(
+                f"claimed AS (INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) "
+                f"SELECT %(thread)s, %(claim)s, %(owner)s, %(now)s WHERE {go} AND {self._lock_held} "
+                "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key)"
+            )
+        if release:
+            ctes.append(
+                f"released AS (DELETE FROM {self.runs} WHERE thread_id = %(thread)s "
+                f"AND run_id = %(release)s AND {go})"
+            )
+        return (
+            "WITH " + ", ".join(ctes) + f" SELECT {p}conflict(%(thread)s, %(expected)s, %(epoch)s) "
+            f"WHERE NOT {go}"
+        )
 
     def prune(
         self, thread_id: str, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
     ) -> Op[int]:
-        replaced, dropped = yield [
+        # one statement: nothing is dropped unless the snapshot took its place
+        (result,) = yield [
             Query(
-                f"UPDATE {self.events} SET kind = %s, created_at = %s, payload = %s "
-                "WHERE thread_id = %s AND seq = %s",
-                (snapshot.kind, snapshot.created_at, snapshot.payload, thread_id, upto_seq),
-            ),
-            Query(
-                f"DELETE FROM {self.events} WHERE thread_id = %s AND seq < %s AND NOT (kind = ANY(%s))",
-                (thread_id, upto_seq, sorted(keep_kinds)),
-            ),
+                f"WITH replaced AS (UPDATE {self.events} SET kind = %s, created_at = %s, payload = %s "
+                "WHERE thread_id = %s AND seq = %s RETURNING 1), "
+                f"dropped AS (DELETE FROM {self.events} WHERE thread_id = %s AND seq < %s "
+                "AND NOT (kind = ANY(%s)) AND EXISTS (SELECT FROM replaced) RETURNING 1) "
+                "SELECT (SELECT count(*) FROM replaced), (SELECT count(*) FROM dropped)",
+                (
+                    snapshot.kind,
+                    snapshot.created_at,
+                    snapshot.payload,
+                    thread_id,
+                    upto_seq,
+                    thread_id,
+                    upto_seq,
+                    sorted(keep_kinds),
+                ),
+            )
         ]
-        if replaced.rowcount != 1:
+        replaced, dropped = result.rows[0]
+        if replaced != 1:
             raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
-        return dropped.rowcount
+        return int(dropped)
 
     def delete_thread(self, thread_id: str) -> Op[bool]:
-        tables = (self.events, self.pending, self.pending_tools, self.runs)
-        results = yield [
-            Query(f"DELETE FROM {self.threads} WHERE thread_id = %s", (thread_id,)),
-            *(Query(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,)) for table in tables),
+        tables = (self.events, self.pending, self.pending_tools, self.pending_metadata, self.runs)
+        deletes = ", ".join(
+            f"d{n} AS (DELETE FROM {table} WHERE thread_id = %s)" for n, table in enumerate(tables)
+        )
+        (result,) = yield [
+            Query(
+                f"WITH {deletes} DELETE FROM {self.threads} WHERE thread_id = %s",
+                (thread_id,) * (len(tables) + 1),
+            )
         ]
-        return results[0].rowcount > 0
+        return result.rowcount > 0
+
+    def conflict_error(self, detail: str | None, thread_id: str, expected_seq: int) -> ConflictError:
+        """The ConflictError for what ``handrail_conflict()`` found (its DETAIL)."""
+        try:
+            head, epoch, _, wanted = orjson.loads(detail or "")
+        except (ValueError, TypeError):
+            return conflict(thread_id, expected_seq, None)
+        if head is None:
+            head = 0
+        if head != expected_seq:
+            return conflict(thread_id, expected_seq, head)
+        if expected_seq > 0 and epoch != wanted:
+            return epoch_conflict(thread_id)
+        return conflict(thread_id, expected_seq, None)  # it moved and came back meanwhile
 
     # Reading ---------------------------------------------------------------------------------
     def read(self, thread_id: str, after_seq: int, upto_seq: int | None) -> Op[ThreadRead]:
-        events_sql = (
-            f"SELECT seq, kind, created_at, payload FROM {self.events} WHERE thread_id = %s AND seq > %s"
+        # one statement, so one snapshot: the record and the events of one instant
+        upto = " AND e.seq <= %(upto)s" if upto_seq is not None else ""
+        sql = (
+            f"SELECT 0, {self.record_columns}, NULL::bigint, NULL::text, NULL::double precision, "
+            f"NULL::bytea FROM {self.threads} AS t WHERE t.thread_id = %(thread)s UNION ALL "
+            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.created_at, "
+            f"e.payload FROM {self.events} AS e WHERE e.thread_id = %(thread)s AND e.seq > %(after)s{upto} "
+            "ORDER BY e.seq)"
         )
-        params: list[Any] = [thread_id, after_seq]
-        if upto_seq is not None:
-            events_sql += " AND seq <= %s"
-            params.append(upto_seq)
-        _, records, events = yield [
-            SNAPSHOT,
-            Query(self.record_select + " WHERE t.thread_id = %s", (thread_id,)),
-            Query(events_sql + " ORDER BY seq", params),
-        ]
-        record = _record(records.rows[0]) if records.rows else None
-        return ThreadRead(record=record, events=[event_from_row(thread_id, *row) for row in events.rows])
+        (result,) = yield [Query(sql, {"thread": thread_id, "after": after_seq, "upto": upto_seq})]
+        record = None
+        events = []
+        for row in result.rows:
+            if row[0] == 0:
+                record = _record(row[1:9])
+            else:
+                events.append(event_from_row(thread_id, *row[9:]))
+        if any(a.seq >= b.seq for a, b in itertools.pairwise(events)):
+            events.sort(key=lambda event: event.seq)  # the rows came in another order
+        return ThreadRead(record=record, events=events)
 
     def get_thread(self, thread_id: str) -> Op[ThreadRecord | None]:
         (result,) = yield [Query(self.record_select + " WHERE t.thread_id = %s", (thread_id,))]
@@ -341,41 +584,75 @@ class Queries:
         return [_record(row) for row in result.rows]
 
     def pending_query(self, filter: PendingFilter, now: float) -> Query:
-        """The inbox query: an index range in ``(created_at, thread_id, interrupt_id)`` order."""
+        """The inbox query: an index range in ``(created_at, thread_id, interrupt_id)`` order.
+
+        Without a tool or metadata filter it walks ``pending`` in that order. Otherwise
+        each filter that an index answers joins in on the *page key* (the same order as
+        one column): ``pending_tools`` for the tool, one ``pending_metadata`` alias per
+        indexed metadata entry; the planner walks the most selective one in page order
+        and merges or looks up the others, and stops after a page. Metadata entries no
+        index holds (lists, objects, long strings) are compared on the thread's row.
+        """
         where: list[str] = []
-        params: list[Any] = []
-        # ``o`` is the table whose index orders the page: the tool index when a tool is named
+        params: list[Any] = []  # the WHERE clause's
+        join_params: list[Any] = []  # the FROM clause's, which come first
+        indexes: list[tuple[str, str, str, list[Any]]] = []  # alias, table, condition, its params
         if filter.tool is not None:
-            o = "o"
-            # joined on one column: the planner misjudges a two-column join as one row
-            source = f"{self.pending_tools} AS o JOIN {self.pending} AS p ON p.id = o.pending_id"
-            where.append("o.tool = %s")
-            params.append(filter.tool)
+            indexes.append(("o", self.pending_tools, "o.tool = %s", [filter.tool]))
+        indexed = _indexed_entries(filter.metadata)
+        for key, value in indexed:
+            m = f"m{len(indexes)}"
+            condition = f"{m}.key = %s AND {m}.value = %s::jsonb"
+            indexes.append((m, self.pending_metadata, condition, [key, value]))
+        if indexes:
+            first, table, condition, values = indexes[0]
+            parts = [f"{table} AS {first}"]
+            where.append(condition)
+            params += values
+            for alias, table, condition, values in indexes[1:]:
+                parts.append(
+                    f"JOIN {table} AS {alias} ON {alias}.page_key = {first}.page_key AND {condition}"
+                )
+                join_params += values
+            # joined to pending on one column: the planner misjudges a two-column join as one row
+            source = " ".join(parts) + f" JOIN {self.pending} AS p ON p.id = {first}.pending_id"
+            order = f"{first}.page_key"
+            for alias, *_ in indexes:  # the bounds on every index, for whichever the planner walks
+                if filter.thread_id is not None:
+                    where.append(f"{alias}.thread_id = %s")
+                    params.append(filter.thread_id)
+                if filter.older_than is not None:  # created_at <= x: below the next float's keys
+                    where.append(f"{alias}.page_key < %s")
+                    params.append(page_key(math.nextafter(now - filter.older_than, math.inf), "", "")[:8])
+                if filter.after is not None:
+                    where.append(f"{alias}.page_key > %s")
+                    params.append(page_key(*filter.after))
         else:
-            o = "p"
             source = f"{self.pending} AS p"
+            order = "p.created_at, p.thread_id, p.interrupt_id"
+            if filter.thread_id is not None:
+                where.append("p.thread_id = %s")
+                params.append(filter.thread_id)
+            if filter.older_than is not None:
+                where.append("p.created_at <= %s")
+                params.append(now - filter.older_than)
+            if filter.after is not None:
+                where.append("(p.created_at, p.thread_id, p.interrupt_id) > (%s, %s, %s)")
+                params += list(filter.after)
         if filter.kind is not None:
             where.append("p.kind = %s")
             params.append(filter.kind)
-        if filter.thread_id is not None:
-            where.append(f"{o}.thread_id = %s")
-            params.append(filter.thread_id)
-        if filter.older_than is not None:
-            where.append(f"{o}.created_at <= %s")
-            params.append(now - filter.older_than)
-        if filter.after is not None:
-            where.append(f"({o}.created_at, {o}.thread_id, {o}.interrupt_id) > (%s, %s, %s)")
-            params += list(filter.after)
-        if filter.metadata:
-            where += _metadata_clauses(filter.metadata, params)
+        unindexed = {k: v for k, v in (filter.metadata or {}).items() if str(k) not in dict(indexed)}
+        if unindexed:
+            where += _metadata_clauses(unindexed, params)
         sql = (
             "SELECT p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload, "
             f"t.metadata::text FROM {source} JOIN {self.threads} AS t ON t.thread_id = p.thread_id"
             + (" WHERE " + " AND ".join(where) if where else "")
-            + f" ORDER BY {o}.created_at, {o}.thread_id, {o}.interrupt_id LIMIT %s"
+            + f" ORDER BY {order} LIMIT %s"
         )
         params.append(max(filter.limit, 0))
-        return Query(sql, params)
+        return Query(sql, join_params + params)
 
     def list_pending(self, filter: PendingFilter) -> Op[list[PendingItem]]:
         (result,) = yield [self.pending_query(filter, time.time())]
@@ -393,25 +670,12 @@ class Queries:
         return items
 
     # Run liveness ------------------------------------------------------------------------
-    def _alive(self, run: str = "r") -> str:
-        return (
-            "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' "
-            "AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_catalog.pg_database "
-            "WHERE datname = current_database()) "
-            f"AND l.classid::bigint = ({run}.owner_key >> 32) "
-            f"AND l.objid::bigint = ({run}.owner_key & 4294967295))"
-        )
-
     def claim_run(self, thread_id: str, run_id: str, owner_key: int) -> Op[None]:
         yield [
             Query(
-                f"DELETE FROM {self.runs} AS r WHERE r.thread_id = %s AND NOT {self._alive()}", (thread_id,)
-            ),
-            Query(
-                f"INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key",
-                (thread_id, run_id, owner_key, time.time()),
-            ),
+                self._claim_sql,
+                {"thread": thread_id, "claim": run_id, "owner": owner_key, "now": time.time()},
+            )
         ]
 
     def reclaim_runs(self, runs: Sequence[tuple[str, str]], owner_key: int) -> Op[None]:
@@ -419,14 +683,14 @@ class Queries:
             yield [
                 Query(
                     f"INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) "
-                    "VALUES (%s, %s, %s, %s) ON CONFLICT (thread_id, run_id) "
-                    "DO UPDATE SET owner_key = excluded.owner_key",
-                    many=[(thread, run, owner_key, time.time()) for thread, run in runs],
+                    "SELECT *, %s, %s FROM unnest(%s::text[], %s::text[]) "
+                    "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key",
+                    (owner_key, time.time(), [thread for thread, _ in runs], [run for _, run in runs]),
                 )
             ]
 
     def release_run(self, thread_id: str, run_id: str) -> Op[None]:
-        yield [Query(f"DELETE FROM {self.runs} WHERE thread_id = %s AND run_id = %s", (thread_id, run_id))]
+        yield [Query(self._release_sql, (thread_id, run_id))]
 
     def forget_owner(self, owner_key: int) -> Op[None]:
         yield [Query(f"DELETE FROM {self.runs} WHERE owner_key = %s", (owner_key,))]
@@ -434,11 +698,62 @@ class Queries:
     def runs_alive(self, thread_id: str) -> Op[set[str]]:
         (result,) = yield [
             Query(
-                f"SELECT r.run_id FROM {self.runs} AS r WHERE r.thread_id = %s AND {self._alive()}",
+                f"SELECT r.run_id FROM {self.runs} AS r WHERE r.thread_id = %s AND {_alive('r.owner_key')}",
                 (thread_id,),
             )
         ]
         return {row[0] for row in result.rows}
+
+
+def _alive(key: str) -> str:
+    """Whether some session holds the advisory lock on ``key`` (an SQL expression)."""
+    return (
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' "
+        "AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_catalog.pg_database "
+        "WHERE datname = current_database()) "
+        f"AND l.classid::bigint = ({key} >> 32) "
+        f"AND l.objid::bigint = ({key} & 4294967295))"
+    )
+
+
+def page_key(created_at: float, thread_id: str, interrupt_id: str) -> bytes:
+    """The page key of a pending review, as ``handrail_page_key()`` computes it in SQL.
+
+    Byte order is the inbox's ``(created_at, thread_id, interrupt_id)`` order: the
+    float's bits (``-0.0`` made ``0.0``) turned order-preserving (the sign bit flipped
+    for a positive number, every bit for a negative one), then the ids in UTF-8 (whose
+    byte order is code point order), split by a NUL, which text cannot hold.
+    """
+    (bits,) = _INT64.unpack(_FLOAT64.pack(created_at + 0.0))
+    return _INT64.pack(bits ^ -(2**63) if bits >= 0 else ~bits) + (
+        thread_id.encode() + b"\x00" + interrupt_id.encode()
+    )
+
+
+_FLOAT64 = struct.Struct(">d")
+_INT64 = struct.Struct(">q")
+
+
+def _indexed_entries(metadata: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The entries of a metadata filter that ``pending_metadata`` indexes, as (key, JSON)."""
+    entries = []
+    for key, value in (metadata or {}).items():
+        text = dumps(value, where="the metadata filter").decode()
+        if _indexed(str(key), orjson.loads(text)):
+            entries.append((str(key), text))
+    return entries
+
+
+def _indexed(key: str, value: Any) -> bool:
+    """The rule of ``_INDEXED_SQL``, in Python (on the JSON value)."""
+    try:
+        if len(key.encode()) > INDEXED_BYTES:
+            return False
+        if value is None or isinstance(value, (bool, int, float)):
+            return True
+        return isinstance(value, str) and len(value.encode()) <= INDEXED_BYTES
+    except UnicodeEncodeError:  # a lone surrogate: never stored, so never indexed
+        return False
 
 
 def _metadata_clauses(metadata: Any, params: list[Any]) -> list[str]:

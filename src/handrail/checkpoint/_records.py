@@ -31,6 +31,7 @@ __all__ = [
     "decode_tools",
     "encode_metadata",
     "encode_tools",
+    "epoch_conflict",
     "event_from_row",
     "host_identity",
     "metadata_filter_matches",
@@ -73,6 +74,13 @@ def conflict(thread_id: str, expected_seq: int, head: int | None) -> ConflictErr
     return ConflictError(
         f"thread {thread_id!r} moved on: expected it at event {expected_seq}, found it at {found}",
         thread_id=thread_id,
+    )
+
+
+def epoch_conflict(thread_id: str) -> ConflictError:
+    """The error for an append to a thread deleted and created again since it was read."""
+    return ConflictError(
+        f"thread {thread_id!r} was deleted and started again since it was read", thread_id=thread_id
     )
 
 

@@ -7,10 +7,13 @@ what the events mean.
 
 The whole protocol:
 
-``append(thread_id, events, expected_seq=, record=)``
+``append(thread_id, events, expected_seq=, record=, claim=, release=)``
     Add events ``expected_seq + 1 ...`` and replace the thread record, atomically. If
-    the thread's head is not ``expected_seq`` another writer got there first: raise
-    :class:`~handrail.errors.ConflictError` and save nothing (SPEC rule 8).
+    the thread's head is not ``expected_seq``, or (for ``expected_seq > 0``) its stored
+    epoch is not ``record.epoch``, another writer got there first: raise
+    :class:`~handrail.errors.ConflictError` and save nothing (SPEC rule 8). ``claim`` and
+    ``release`` mark a run alive or finished in the same transaction, so a run's
+    liveness costs no commit of its own.
 ``read(thread_id, after_seq=0, upto_seq=None)``
     The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
 ``get_thread``, ``list_threads``, ``list_pending``, ``delete_thread``
@@ -147,8 +150,14 @@ class BaseCheckpointSaver(ABC):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
-        """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record."""
+        """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
+
+        With ``claim``/``release``, also do what :meth:`claim_run`/:meth:`release_run` do
+        for that run id, in the same transaction.
+        """
 
     @abstractmethod
     def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
@@ -201,10 +210,14 @@ class BaseCheckpointSaver(ABC):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
         """Async :meth:`append`."""
         await asyncio.to_thread(
-            lambda: self.append(thread_id, events, expected_seq=expected_seq, record=record)
+            lambda: self.append(
+                thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+            )
         )
 
     async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:

@@ -46,6 +46,8 @@ class InMemorySaver(BaseCheckpointSaver):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
         with self._lock:
             current = self._records.get(thread_id)
@@ -53,6 +55,11 @@ class InMemorySaver(BaseCheckpointSaver):
             if head != expected_seq:
                 raise ConflictError(
                     f"thread {thread_id!r} moved on: expected it at event {expected_seq}, found it at {head}",
+                    thread_id=thread_id,
+                )
+            if current is not None and expected_seq > 0 and current.epoch != record.epoch:
+                raise ConflictError(
+                    f"thread {thread_id!r} was deleted and started again since it was read",
                     thread_id=thread_id,
                 )
             for offset, event in enumerate(events, start=1):
@@ -65,6 +72,10 @@ class InMemorySaver(BaseCheckpointSaver):
                 raise ValueError("the thread record's head_seq must be the last event's seq")
             self._events.setdefault(thread_id, []).extend(events)
             self._records[thread_id] = record
+            if claim is not None:
+                self._runs.setdefault(thread_id, set()).add(claim)
+            if release is not None:
+                self._release(thread_id, release)
 
     def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         with self._lock:
@@ -138,11 +149,14 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def release_run(self, thread_id: str, run_id: str) -> None:
         with self._lock:
-            runs = self._runs.get(thread_id)
-            if runs is not None:
-                runs.discard(run_id)
-                if not runs:
-                    del self._runs[thread_id]
+            self._release(thread_id, run_id)
+
+    def _release(self, thread_id: str, run_id: str) -> None:
+        runs = self._runs.get(thread_id)
+        if runs is not None:
+            runs.discard(run_id)
+            if not runs:
+                del self._runs[thread_id]
 
     def runs_alive(self, thread_id: str) -> set[str]:
         with self._lock:
@@ -156,8 +170,10 @@ class InMemorySaver(BaseCheckpointSaver):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
-        self.append(thread_id, events, expected_seq=expected_seq, record=record)
+        self.append(thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release)
 
     async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq)

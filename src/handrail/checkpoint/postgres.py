@@ -6,24 +6,39 @@ Theory of operation
 -------------------
 Tables (prefixed ``handrail_``, in ``schema`` or the connection's search path):
 ``events`` (primary key ``(thread_id, seq)``), ``threads`` (one row per thread),
-``pending`` and ``pending_tools`` (the inbox, with B-tree indexes that match its
-filters and its ``(created_at, thread_id, interrupt_id)`` keyset order), ``runs``
-(claimed runs) and ``schema_version``. Key columns use the ``"C"`` collation so that
-the inbox orders exactly as the in-memory store does.
+``pending`` (one row per pending review, indexed in the inbox's ``(created_at,
+thread_id, interrupt_id)`` keyset order), ``pending_tools`` and ``pending_metadata``
+(the inbox's tool and metadata filters: one row per review and tool, per review and
+metadata entry of its thread, keyed by filter value and *page key*, that order as one
+``bytea``), ``runs`` (claimed runs) and ``schema_version``; the functions
+``handrail_conflict``, ``handrail_fail`` and ``handrail_page_key``. Key columns use
+the ``"C"`` collation so that the inbox orders exactly as the in-memory store does.
 
 :meth:`setup` creates or migrates the schema in one transaction under
 ``pg_advisory_xact_lock``, so any number of processes may call it at once; the savers
-call it on first use.
+call it on first use. Schema versions: 1, the tables; 2, the functions, the page keys
+and ``pending_metadata`` (filled from the pending reviews already there).
 
-An append is one transaction, pipelined: it moves the thread row from the expected
-head to the new one (``UPDATE ... WHERE head_seq = expected``, or ``INSERT ... ON
-CONFLICT DO NOTHING`` for a new thread) and inserts the events. A second writer with
-the same expected head finds no row to move once the first commits, or collides on the
-``(thread_id, seq)`` key: either way it gets :class:`~handrail.errors.ConflictError`
-and its transaction saves nothing (SPEC rule 8). Reads of several tables run in one
-``REPEATABLE READ`` snapshot. Metadata filters compare JSON values (``true`` is not
-``1``, as it is in Python), and text cannot hold NUL characters: storing one raises
-:class:`~handrail.errors.SerializationError`.
+**Every call is one statement, one round trip** (only :meth:`setup` takes more). An
+append is one statement of data-modifying CTEs: it moves the thread row from the
+expected head to the new one (``UPDATE ... WHERE head_seq = expected AND epoch =
+record's``, or ``INSERT ... ON CONFLICT`` for a new thread) and, if it moved, replaces
+the pending rows and inserts the events, the run claim and release; if it did not move,
+the statement calls ``handrail_conflict()``, which raises (SQLSTATE ``HR409``, with
+the head and epoch it found), so nothing is saved and no second query is needed. A
+second writer with the same expected head finds no row to move once the first
+commits, or collides on the ``(thread_id, seq)`` key: either way it gets
+:class:`~handrail.errors.ConflictError` (SPEC rule 8). A read returns the record and
+the events from one statement, so from one snapshot. Metadata filters compare JSON
+values (``true`` is not ``1``, as it is in Python), and text cannot hold NUL
+characters: storing one raises :class:`~handrail.errors.SerializationError`.
+
+The inbox walks one index in page order and stops after a page: ``pending`` without a
+tool or metadata filter; otherwise ``pending_tools`` and one ``pending_metadata`` alias
+per filtered entry, joined on the page key, so that the planner walks the most
+selective and merges the others. ``pending_metadata`` holds the entries whose value
+is a number, a boolean, null or a string of at most 200 bytes (keys too); a filter on
+another value (a list, an object, a long string) is compared on the thread's row.
 
 Every operation is written once (``_postgres_sql.py``), as a generator that yields
 batches of SQL and receives their results; :func:`_run_sync` and :func:`_run_async`
@@ -40,8 +55,11 @@ process's kernel closes it at once, so its runs are dead for every other process
 within moments, without leases or clocks; a host that vanishes (power, network) is
 noticed by the server's TCP keepalives, which the saver sets to about 30 seconds on
 its liveness connection (TCP only; not for Unix sockets, which cannot outlive their
-host anyway). If the saver's own connection drops, it reconnects and takes its key
-again on its next claim; in between, its runs look dead.
+host anyway). A claim (by ``claim_run`` or an append) names the key without asking
+first; its statement checks that a session holds the lock, and raises (SQLSTATE
+``HR410``, via ``handrail_fail``) when none does, saving nothing. So if the saver's own
+connection dropped, its next claim fails once, the saver connects, takes its key again,
+re-claims its runs and retries; in between, its runs look dead.
 
 Example::
 
@@ -71,7 +89,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "pip install 'handrail[postgres]'"
     ) from exc
 
-from handrail.checkpoint._postgres_sql import Op, Queries, Result
+from handrail.checkpoint._postgres_sql import CONFLICT_STATE, LOST_LOCK_STATE, Op, Queries, Result
 from handrail.checkpoint._records import Migration, check_append, conflict
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
@@ -90,56 +108,88 @@ T = TypeVar("T")
 
 
 # Drivers: perform the operations of _postgres_sql.py --------------------------------------
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
 def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
-    """Perform an operation in one transaction, each batch in one pipeline round trip."""
+    """Perform an operation, each batch in one round trip (several statements: one pipeline).
+
+    Every operation but setup is one statement, so one transaction. A batch of several
+    statements brings its own ``BEGIN``/``COMMIT``. If anything fails, a transaction
+    left open is rolled back (one more round trip, on the error path only).
+    """
     results: Any = None  # a just-started generator only accepts None
-    with conn.pipeline() as pipeline, conn.transaction():
+    try:
         while True:
             try:
                 batch = op.send(results)
             except StopIteration as stop:
                 value: T = stop.value
-                return value
-            cursors = []
-            for query in batch:
-                cursor = conn.cursor()
-                if query.many is not None:
-                    cursor.executemany(query.sql, query.many)
-                else:
-                    cursor.execute(query.sql, query.params)
-                cursors.append(cursor)
-            pipeline.sync()
+                break
+            if len(batch) == 1:  # the usual case: no pipeline needed for one statement
+                cursors = [conn.execute(batch[0].sql, batch[0].params)]
+            else:
+                with conn.pipeline():
+                    cursors = [conn.execute(query.sql, query.params) for query in batch]
             results = [
                 Result(cursor.fetchall() if cursor.description is not None else [], cursor.rowcount)
                 for cursor in cursors
             ]
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status in _OPEN:
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                pass  # the connection is unusable; the pool discards it
+        raise
+    if conn.info.transaction_status != _IDLE:
+        conn.rollback()
+        raise RuntimeError("a handrail operation left its transaction open")  # a bug in _postgres_sql
+    return value
 
 
 async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
     """Async :func:`_run_sync`."""
     results: Any = None  # a just-started generator only accepts None
-    async with conn.pipeline() as pipeline, conn.transaction():
+    try:
         while True:
             try:
                 batch = op.send(results)
             except StopIteration as stop:
                 value: T = stop.value
-                return value
-            cursors = []
-            for query in batch:
-                cursor = conn.cursor()
-                if query.many is not None:
-                    await cursor.executemany(query.sql, query.many)
-                else:
-                    await cursor.execute(query.sql, query.params)
-                cursors.append(cursor)
-            await pipeline.sync()
+                break
+            if len(batch) == 1:
+                cursors = [await conn.execute(batch[0].sql, batch[0].params)]
+            else:
+                async with conn.pipeline():
+                    cursors = [await conn.execute(query.sql, query.params) for query in batch]
             results = [
                 Result(await cursor.fetchall() if cursor.description is not None else [], cursor.rowcount)
                 for cursor in cursors
             ]
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status in _OPEN:
+            try:
+                await conn.rollback()
+            except psycopg.Error:
+                pass
+        raise
+    if conn.info.transaction_status != _IDLE:
+        await conn.rollback()
+        raise RuntimeError("a handrail operation left its transaction open")
+    return value
+
+
+def _append_error(queries: Queries, exc: psycopg.Error, thread_id: str, expected_seq: int) -> Exception:
+    """What a failed append means for the caller."""
+    if exc.sqlstate == CONFLICT_STATE:  # handrail_conflict(): a stale head or epoch
+        return queries.conflict_error(exc.diag.message_detail, thread_id, expected_seq)
+    if isinstance(exc, psycopg.errors.UniqueViolation):  # another writer's events
+        return conflict(thread_id, expected_seq, None)
+    if isinstance(exc, psycopg.DataError):
+        return _unstorable(thread_id, exc)
+    return exc
 
 
 # The server probes a silent client after 15 s, every 5 s, 3 times: a liveness session
@@ -313,14 +363,36 @@ class PostgresSaver(BaseCheckpointSaver):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
+        released = self._forget_claim(thread_id, release)
         try:
-            self._run(self._queries.append(thread_id, events, expected_seq, record))
-        except psycopg.errors.UniqueViolation:
-            raise conflict(thread_id, expected_seq, None) from None
-        except psycopg.DataError as exc:
-            raise _unstorable(thread_id, exc) from None
+            for attempt in range(2):
+                owner = self._owner() if claim is not None else None
+                op = self._queries.append(
+                    thread_id,
+                    events,
+                    expected_seq,
+                    record,
+                    claim=(claim, owner[0]) if claim is not None and owner is not None else None,
+                    release=release,
+                )
+                try:
+                    self._run(op)
+                    break
+                except psycopg.Error as exc:
+                    if exc.sqlstate == LOST_LOCK_STATE and owner is not None and attempt == 0:
+                        self._lock_again(owner)  # nothing was saved: take the lock, try again
+                        continue
+                    raise _append_error(self._queries, exc, thread_id, expected_seq) from None
+        except BaseException:
+            self._restore_claim(thread_id, release, released)
+            raise
+        if claim is not None and claim != release:
+            with self._owner_lock:
+                self._claimed.add((thread_id, claim))
 
     def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         return self._run(self._queries.read(thread_id, after_seq, upto_seq))
@@ -345,41 +417,77 @@ class PostgresSaver(BaseCheckpointSaver):
         return self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
 
     def claim_run(self, thread_id: str, run_id: str) -> None:
-        key = self._hold_owner_lock()
-        self._run(self._queries.claim_run(thread_id, run_id, key))
+        for attempt in range(2):
+            owner = self._owner()
+            try:
+                self._run(self._queries.claim_run(thread_id, run_id, owner[0]))
+                break
+            except psycopg.Error as exc:
+                if exc.sqlstate != LOST_LOCK_STATE or attempt > 0:
+                    raise
+                self._lock_again(owner)
         with self._owner_lock:
             self._claimed.add((thread_id, run_id))
 
     def release_run(self, thread_id: str, run_id: str) -> None:
-        with self._owner_lock:
-            self._claimed.discard((thread_id, run_id))
+        self._forget_claim(thread_id, run_id)
         self._run(self._queries.release_run(thread_id, run_id))
 
     def runs_alive(self, thread_id: str) -> set[str]:
         return self._run(self._queries.runs_alive(thread_id))
 
-    def _hold_owner_lock(self) -> int:
-        """This saver's liveness key, its session lock held (re-taken after a lost connection)."""
+    # This saver's liveness lock ------------------------------------------------------------
+    # A claim names the saver's key without asking the server first whether its lock is
+    # still held: the claim's own transaction checks, and when no session holds the lock
+    # (the liveness connection was lost) it fails, saving nothing; the saver then takes
+    # the lock again, re-claims its runs and tries once more.
+    def _owner(self) -> tuple[int, object]:
+        """This saver's key and the connection that holds its lock (locking on first use)."""
         with self._owner_lock:
             if self._pool is None:  # the one connection carries the lock
                 if self._owner_key is None:
                     with self._connection() as conn:
                         self._owner_key = _lock_new_key(conn)
-                return self._owner_key
-            owner = self._owner_conn
-            if owner is not None and not owner.closed:
-                try:
-                    owner.execute("SELECT 1")
-                    assert self._owner_key is not None
-                    return self._owner_key
-                except psycopg.OperationalError:
-                    owner.close()
-            self._owner_conn = owner = _connect_like(self._pool)
-            previous = self._owner_key
-            self._owner_key = _lock_new_key(owner, prefer=previous)
-            if previous is not None:
-                self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
-            return self._owner_key
+                return self._owner_key, self._conn
+            if self._owner_conn is None or self._owner_conn.closed or self._owner_key is None:
+                self._relock()
+            assert self._owner_key is not None
+            return self._owner_key, self._owner_conn
+
+    def _lock_again(self, seen: tuple[int, object]) -> None:
+        """A claim found the lock of ``seen`` gone: take it again (unless done meanwhile)."""
+        with self._owner_lock:
+            if self._pool is None:
+                if self._owner_key == seen[0]:
+                    with self._connection() as conn:
+                        self._owner_key = _lock_new_key(conn, prefer=self._owner_key)
+                    self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
+            elif (self._owner_key, self._owner_conn) == seen:
+                self._relock()
+
+    def _relock(self) -> None:
+        """Lock on a new connection, on the same key if it is free, and re-claim (owner lock held)."""
+        assert self._pool is not None
+        if self._owner_conn is not None:
+            self._owner_conn.close()
+        self._owner_conn = owner = _connect_like(self._pool)
+        previous = self._owner_key
+        self._owner_key = _lock_new_key(owner, prefer=previous)
+        if previous is not None:
+            self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
+
+    def _forget_claim(self, thread_id: str, run_id: str | None) -> bool:
+        if run_id is None:
+            return False
+        with self._owner_lock:
+            known = (thread_id, run_id) in self._claimed
+            self._claimed.discard((thread_id, run_id))
+            return known
+
+    def _restore_claim(self, thread_id: str, run_id: str | None, known: bool) -> None:
+        if run_id is not None and known:
+            with self._owner_lock:
+                self._claimed.add((thread_id, run_id))
 
 
 def _lock_new_key(conn: psycopg.Connection[Any], prefer: int | None = None) -> int:
@@ -538,14 +646,38 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
+        released = release is not None and (thread_id, release) in self._claimed
+        if release is not None:
+            self._claimed.discard((thread_id, release))
         try:
-            await self._run(self._queries.append(thread_id, events, expected_seq, record))
-        except psycopg.errors.UniqueViolation:
-            raise conflict(thread_id, expected_seq, None) from None
-        except psycopg.DataError as exc:
-            raise _unstorable(thread_id, exc) from None
+            for attempt in range(2):
+                owner = await self._owner() if claim is not None else None
+                op = self._queries.append(
+                    thread_id,
+                    events,
+                    expected_seq,
+                    record,
+                    claim=(claim, owner[0]) if claim is not None and owner is not None else None,
+                    release=release,
+                )
+                try:
+                    await self._run(op)
+                    break
+                except psycopg.Error as exc:
+                    if exc.sqlstate == LOST_LOCK_STATE and owner is not None and attempt == 0:
+                        await self._lock_again(owner)  # nothing was saved: take the lock, try again
+                        continue
+                    raise _append_error(self._queries, exc, thread_id, expected_seq) from None
+        except BaseException:
+            if released and release is not None:
+                self._claimed.add((thread_id, release))
+            raise
+        if claim is not None and claim != release:
+            self._claimed.add((thread_id, claim))
 
     async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         return await self._run(self._queries.read(thread_id, after_seq, upto_seq))
@@ -570,8 +702,15 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         return await self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
 
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
-        key = await self._hold_owner_lock()
-        await self._run(self._queries.claim_run(thread_id, run_id, key))
+        for attempt in range(2):
+            owner = await self._owner()
+            try:
+                await self._run(self._queries.claim_run(thread_id, run_id, owner[0]))
+                break
+            except psycopg.Error as exc:
+                if exc.sqlstate != LOST_LOCK_STATE or attempt > 0:
+                    raise
+                await self._lock_again(owner)
         self._claimed.add((thread_id, run_id))
 
     async def arelease_run(self, thread_id: str, run_id: str) -> None:
@@ -581,27 +720,38 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
     async def aruns_alive(self, thread_id: str) -> set[str]:
         return await self._run(self._queries.runs_alive(thread_id))
 
-    async def _hold_owner_lock(self) -> int:
+    # This saver's liveness lock (see PostgresSaver) -------------------------------------------
+    async def _owner(self) -> tuple[int, object]:
         async with self._lock("owner"):
             if self._pool is None:
                 if self._owner_key is None:
                     async with self._connection() as conn:
                         self._owner_key = await _lock_new_key_async(conn)
-                return self._owner_key
-            owner = self._owner_conn
-            if owner is not None and not owner.closed:
-                try:
-                    await owner.execute("SELECT 1")
-                    assert self._owner_key is not None
-                    return self._owner_key
-                except psycopg.OperationalError:
-                    await owner.close()
-            self._owner_conn = owner = await _connect_like_async(self._pool)
-            previous = self._owner_key
-            self._owner_key = await _lock_new_key_async(owner, prefer=previous)
-            if previous is not None:
-                await self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
-            return self._owner_key
+                return self._owner_key, self._conn
+            if self._owner_conn is None or self._owner_conn.closed or self._owner_key is None:
+                await self._relock()
+            assert self._owner_key is not None
+            return self._owner_key, self._owner_conn
+
+    async def _lock_again(self, seen: tuple[int, object]) -> None:
+        async with self._lock("owner"):
+            if self._pool is None:
+                if self._owner_key == seen[0]:
+                    async with self._connection() as conn:
+                        self._owner_key = await _lock_new_key_async(conn, prefer=self._owner_key)
+                    await self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
+            elif (self._owner_key, self._owner_conn) == seen:
+                await self._relock()
+
+    async def _relock(self) -> None:
+        assert self._pool is not None
+        if self._owner_conn is not None:
+            await self._owner_conn.close()
+        self._owner_conn = owner = await _connect_like_async(self._pool)
+        previous = self._owner_key
+        self._owner_key = await _lock_new_key_async(owner, prefer=previous)
+        if previous is not None:
+            await self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
 
     # The sync methods hand the work to the saver's event loop ---------------------------------
     def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -629,8 +779,14 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         *,
         expected_seq: int,
         record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
     ) -> None:
-        self._call(lambda: self.aappend(thread_id, events, expected_seq=expected_seq, record=record))
+        self._call(
+            lambda: self.aappend(
+                thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+            )
+        )
 
     def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         return self._call(lambda: self.aread(thread_id, after_seq=after_seq, upto_seq=upto_seq))

@@ -168,10 +168,20 @@ class _BadRecord(Exception):
 
 
 def _revive(value: Any) -> Any:
-    if isinstance(value, dict):
+    """Rebuild tagged objects inside decoded JSON; untouched containers are returned as they are."""
+    kind = type(value)
+    if kind is dict:
         tag = value.get(TAG)
         if tag is None:
-            return {k: _revive(v) for k, v in value.items()}
+            changed: dict[str, Any] | None = None
+            for key, item in value.items():
+                if type(item) is dict or type(item) is list:
+                    revived = _revive(item)
+                    if revived is not item:
+                        if changed is None:
+                            changed = dict(value)
+                        changed[key] = revived
+            return value if changed is None else changed
         decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
         if decoder is None:
             raise _BadRecord(f"unknown stored type {tag!r}")
@@ -180,6 +190,14 @@ def _revive(value: Any) -> Any:
             return decoder(fields)
         except (TypeError, ValueError) as exc:
             raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
-    if isinstance(value, list):
-        return [_revive(v) for v in value]
+    if kind is list:
+        out: list[Any] | None = None
+        for position, item in enumerate(value):
+            if type(item) is dict or type(item) is list:
+                revived = _revive(item)
+                if revived is not item:
+                    if out is None:
+                        out = list(value)
+                    out[position] = revived
+        return value if out is None else out
     return value

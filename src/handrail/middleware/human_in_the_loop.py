@@ -298,15 +298,19 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             return None
         gated: list[tuple[ToolCall, _Policy]] = []
         for call in message.tool_calls:
-            request = ToolCallRequest(
-                tool_call=call,
-                tool=self._tools.get(call["name"]),
-                state=state,
-                runtime=_tool_runtime(runtime, call, state),
-            )
-            policy = self._gated(request)
-            if policy is not None:
-                gated.append((call, policy))
+            policy = self.policies.get(call["name"])
+            if policy is None:
+                continue
+            if policy.when is not None:
+                request = ToolCallRequest(
+                    tool_call=call,
+                    tool=self._tools.get(call["name"]),
+                    state=state,
+                    runtime=_tool_runtime(runtime, call, state),
+                )
+                if not policy.when(request):
+                    continue
+            gated.append((call, policy))
         if not gated:
             return None
         request_value = HITLRequest(action_requests=[], review_configs=[])

@@ -64,6 +64,9 @@ class Env:
     fold: ThreadFold | None = None
     claimed: bool = False
     broken: bool = False
+    appends: int = 0
+    trust_cache: bool = True  # a run may start from the cached reading without reading the store
+    optimistic: bool = False  # ... and this one did
     buffer: list[Event] = field(default_factory=list)
     buffer_from: int = 0
     lock: asyncio.Lock | None = None
@@ -148,6 +151,7 @@ class Persist(Effect):
 
     events: list[Event]
     flush: bool = False
+    release: bool = False  # the run's last write: end its claim in the same commit
 
     def _prepare(self, env: Env) -> None:
         if env.broken:
@@ -210,22 +214,36 @@ class Persist(Effect):
             thread_id=env.thread_id,
         )
 
+    def _liveness(self, env: Env, events: list[Event]) -> tuple[str | None, str | None]:
+        """The run to claim and/or release in this append (rule 9 costs no commit of its own)."""
+        claim = env.run_id if not env.claimed and any(e.kind == "tool_started" for e in events) else None
+        release = env.run_id if self.release and (env.claimed or claim) else None
+        return claim, release
+
+    def _appended(self, env: Env, claim: str | None, release: str | None) -> None:
+        env.appends += 1
+        if claim is not None:
+            env.claimed = True
+        if release is not None:
+            env.claimed = False
+
     def run_sync(self, env: Env) -> None:
         taken = self._take(env)
         if taken is None:
             return
         events, stored, record, expected = taken
+        claim, release = self._liveness(env, events)
         try:
-            if not env.claimed and any(e.kind == "tool_started" for e in events):
-                env.store.claim_run(env.thread_id, env.run_id)
-                env.claimed = True
-            env.store.append(env.thread_id, stored, expected_seq=expected, record=record)
+            env.store.append(
+                env.thread_id, stored, expected_seq=expected, record=record, claim=claim, release=release
+            )
         except ConflictError as exc:
             env.broken = True
             raise self._conflict(env, events, exc) from None
         except BaseException:
             env.broken = True
             raise
+        self._appended(env, claim, release)
 
     async def run_async(self, env: Env) -> None:
         if env.lock is None:
@@ -235,22 +253,23 @@ class Persist(Effect):
             if taken is None:
                 return
             events, stored, record, expected = taken
+            claim, release = self._liveness(env, events)
             try:
-                if not env.claimed and any(e.kind == "tool_started" for e in events):
-                    await env.store.aclaim_run(env.thread_id, env.run_id)
-                    env.claimed = True
-                await env.store.aappend(env.thread_id, stored, expected_seq=expected, record=record)
+                await env.store.aappend(
+                    env.thread_id, stored, expected_seq=expected, record=record, claim=claim, release=release
+                )
             except ConflictError as exc:
                 env.broken = True
                 raise self._conflict(env, events, exc) from None
             except BaseException:
                 env.broken = True
                 raise
+            self._appended(env, claim, release)
 
 
-def flush() -> Persist:
-    """The effect that writes whatever the run has buffered."""
-    return Persist([], flush=True)
+def flush(*, last: bool = False) -> Persist:
+    """The effect that writes whatever the run has buffered (``last``: the run ends here)."""
+    return Persist([], flush=True, release=last)
 
 
 def _assign_message_ids(event: Event) -> None:

@@ -74,7 +74,7 @@ class Event:
     created_at: float = 0.0
 
 
-COMPRESS_OVER = 160
+COMPRESS_OVER = 256
 _ZDICT_V1_MARK = b"\x02"
 # Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
 _ZDICT_V1 = b"".join(

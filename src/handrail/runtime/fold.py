@@ -453,9 +453,14 @@ def pending_tool_calls(messages: list[BaseMessage]) -> tuple[AIMessage | None, l
         if isinstance(message, ToolMessage):
             answered.add(message.tool_call_id)
         elif isinstance(message, AIMessage):
-            calls: list[dict[str, Any]] = [dict(tc) for tc in message.tool_calls]
-            calls += [{**tc, "invalid": True} for tc in message.invalid_tool_calls]
-            return message, [c for c in calls if c.get("id") not in answered]
+            calls: list[dict[str, Any]] = [tc for tc in message.tool_calls if tc.get("id") not in answered]  # type: ignore[misc]
+            if message.invalid_tool_calls:
+                calls += [
+                    {**tc, "invalid": True}
+                    for tc in message.invalid_tool_calls
+                    if tc.get("id") not in answered
+                ]
+            return message, calls
         else:
             return None, []
     return None, []

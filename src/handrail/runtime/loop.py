@@ -90,7 +90,10 @@ def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
 def run(env: Env, request: RunRequest) -> Gen:
     """Run the agent on one input until it pauses or finishes; return a RunResult."""
     spec = env.spec
-    fold = yield from load(env)
+    # invoke may start from the cached reading (its first append checks it); a stream
+    # reads first, so that it never shows chunks of an attempt that is then retried
+    trusted = env.trust_cache and not env.modes and request.checkpoint_id is None
+    fold = yield from load(env, trust_cache=trusted)
     env.fold = fold
     if request.checkpoint_id is not None:
         yield from _travel(env, fold, request.checkpoint_id)
@@ -110,7 +113,7 @@ def run(env: Env, request: RunRequest) -> Gen:
     finally:
         if env.buffer and not env.broken:
             try:
-                yield flush()  # keep what the run did, even when it stops on an error
+                yield flush(last=True)  # keep what the run did, even when it stops on an error
             except Exception:
                 pass  # the original error is the one to report
 
@@ -146,7 +149,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
             )
         if fold.pending:
             break
-    yield flush()
+    yield flush(last=True)
     result = RunResult(fold.public_values(), interrupts_of(fold.pending))
     if result.interrupts:
         env.send("updates", {"__interrupt__": result.interrupts})

@@ -24,10 +24,20 @@ __all__ = ["fold_events", "history", "interrupts_of", "load", "snapshot"]
 Gen = Generator[Effect, Any, Any]
 
 
-def load(env: Env, upto_seq: int | None = None) -> Generator[Effect, Any, ThreadFold]:
-    """Read the thread once: only the new events when a recent reading is cached."""
+def load(
+    env: Env, upto_seq: int | None = None, *, trust_cache: bool = False
+) -> Generator[Effect, Any, ThreadFold]:
+    """Read the thread once: only the new events when a recent reading is cached.
+
+    With ``trust_cache`` a cached reading is used without asking the store at all; the
+    run's first append then checks it (its expected head and epoch), and the caller
+    runs again from a fresh reading if that fails (``Env.optimistic``).
+    """
     spec, thread_id = env.spec, env.thread_id
     cached = spec.cache.get(thread_id) if upto_seq is None else None
+    if cached is not None and trust_cache:
+        env.optimistic = True
+        return cached.copy()
     if cached is not None:
         read = yield StoreCall("read", (thread_id,), {"after_seq": cached.head_seq})
         if (
