@@ -92,6 +92,7 @@ class Handrail:
         "handrail_events",
         "handrail_pending",
         "handrail_pending_tools",
+        "handrail_pending_metadata",
         "handrail_runs",
         "handrail_schema_version",
     ]

@@ -119,6 +119,9 @@ def encode_event(event: Event, thread_id: str) -> StoredEvent:
         packed = _ZDICT_V1_MARK + packer.compress(payload) + packer.flush()
         if len(packed) < len(payload):
             payload = packed
+    elif len(payload) < 2048:
+        # orjson's bytes keep a buffer of at least 4 KiB: hold a small payload in its own copy
+        payload = bytes(bytearray(payload))
     return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
 
 
