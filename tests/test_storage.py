@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,8 +61,9 @@ def test_a_review_cycle_commits_once_per_effect_boundary(make_agent: AgentFactor
     saver.appends.clear()
     agent.invoke(Command(resume={"decisions": [{"type": "approve"}] * 2}), config())
     assert saver.appends == [
-        ["resume", "step", "tool_started", "+claim"],  # the answer, the decision step, the run's claim
-        ["tool_finished", "tool_started"],
+        # the answer, the decision step, the calls about to run and the run's claim (rule 9)
+        ["resume", "step", "tools_planned", "+claim"],
+        ["tool_started", "tool_finished", "tool_started"],  # a result is saved before the next call acts
         ["tool_finished", "step"],  # results saved before the model sees them
         ["step", "interrupt", "-release"],  # the model's answer, the next question, the run ends
     ]
@@ -177,3 +179,36 @@ def test_a_stale_cache_does_not_turn_a_real_pause_into_an_error(spec_tools: list
     done = first.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config())
     assert done["messages"][-1].content == "done"
     assert ledger.names() == ["write_file"]
+
+
+async def test_concurrent_calls_of_an_async_run_share_their_commits(spec_tools: list) -> None:
+    """Async runs start a step's calls together: three commits a cycle, however many calls."""
+    from handrail import HumanInTheLoopMiddleware, tool
+
+    started: list[str] = []
+    all_started = asyncio.Event()
+
+    @tool
+    async def fetch(url: str) -> str:
+        """Fetch a page (the three calls overlap, as network calls do)."""
+        started.append(url)
+        if len(started) == 3:
+            all_started.set()
+        await all_started.wait()
+        return f"<{url}>"
+
+    saver = CountingSaver()
+    calls = [call("fetch", url=f"u{i}") for i in range(3)]
+    agent = create_agent(
+        ScriptedModel([turn(*calls), {"content": "done"}]),
+        [fetch],
+        middleware=[HumanInTheLoopMiddleware({"fetch": True})],
+        checkpointer=saver,
+    )
+    await agent.ainvoke({"messages": "go"}, config())
+    saver.appends.clear()
+    result = await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}] * 3}), config())
+    assert result["messages"][-1].content == "done"
+    assert len(saver.appends) == 3, saver.appends
+    assert saver.appends[0][-2:] == ["tools_planned", "+claim"]
+    assert saver.appends[1].count("tool_finished") == 3

@@ -216,7 +216,8 @@ class Persist(Effect):
 
     def _liveness(self, env: Env, events: list[Event]) -> tuple[str | None, str | None]:
         """The run to claim and/or release in this append (rule 9 costs no commit of its own)."""
-        claim = env.run_id if not env.claimed and any(e.kind == "tool_started" for e in events) else None
+        acting = any(e.kind in ("tools_planned", "tool_started") for e in events)
+        claim = env.run_id if not env.claimed and acting else None
         release = env.run_id if self.release and (env.claimed or claim) else None
         return claim, release
 

@@ -12,6 +12,9 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
                   "source"?}`` (task defaults to the step, index to 0, kind to
                   ``"interrupt"``)
 ``resume``        answers arrived: ``{"answers": {interrupt_id: value}, "reviewer"}``
+``tools_planned`` a tools step is about to run these calls: ``{"calls", "run_id"}``; saved
+                  before any of them can act, so a call of a run that died before its
+                  result was saved is never run again silently (rule 9)
 ``tool_started``  a tool began to run: ``{"task", "name", "args"?, "run_id",
                   "idempotent"}``; ``args`` is left out when the call runs as proposed
 ``tool_finished`` a tool call has its result: ``{"message"}`` (its ``tool_call_id``
@@ -45,7 +48,18 @@ from handrail.errors import SerializationError
 __all__ = ["AUDIT_KINDS", "CHECKPOINT_KINDS", "EVENT_KINDS", "Event", "decode_event", "encode_event"]
 
 EVENT_KINDS = frozenset(
-    {"input", "step", "update", "interrupt", "resume", "tool_started", "tool_finished", "branch", "snapshot"}
+    {
+        "input",
+        "step",
+        "update",
+        "interrupt",
+        "resume",
+        "tools_planned",
+        "tool_started",
+        "tool_finished",
+        "branch",
+        "snapshot",
+    }
 )
 CHECKPOINT_KINDS = frozenset({"input", "step", "update", "branch", "snapshot"})
 AUDIT_KINDS = frozenset({"interrupt", "resume", "tool_started", "tool_finished"})
@@ -57,6 +71,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "update": ("values", "next"),
     "interrupt": ("id", "step", "value"),
     "resume": ("answers",),
+    "tools_planned": ("calls",),
     "tool_started": ("task", "name"),
     "tool_finished": ("message",),
     "branch": ("from_seq",),

@@ -299,6 +299,27 @@ class ThreadFold:
             self.answers[interrupt_id] = value
             self.answered_ids.add(interrupt_id)
 
+    def _apply_tools_planned(self, data: dict[str, Any], event: Event) -> None:
+        calls = data["calls"]
+        if not isinstance(calls, list):
+            raise TypeError("calls must be a list of tool call ids")
+        _, pending = pending_tool_calls(self.messages)
+        proposed = {call.get("id"): call for call in pending}
+        for task in calls:
+            call = proposed.get(_str(task))
+            if call is None:
+                raise ValueError(
+                    f"tools_planned names call {task!r}, which the last AI message does not propose"
+                )
+            self.started[task] = StartedTool(
+                task=task,
+                name=str(call.get("name")),
+                args=dict(call.get("args") or {}),
+                run_id=data.get("run_id"),
+                idempotent=False,
+                seq=event.seq,
+            )
+
     def _apply_tool_started(self, data: dict[str, Any], event: Event) -> None:
         task = _str(data["task"])
         args = data["args"] if "args" in data else self.proposed_args(task)

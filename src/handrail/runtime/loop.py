@@ -296,6 +296,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     state = fold.state_view()
     waiting = {record.task for record in fold.pending.values()}
     tasks: list[Gen] = []
+    planned: list[str] = []
     for call in calls:
         call_id = str(call["id"])
         if call_id in fold.task_results or call_id in waiting:
@@ -332,7 +333,11 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         )
         task = _task(env, request, fold.answers_for(call_id), None)
         tasks.append(_tool_task(env, call_request, task))
+        planned.append(call_id)
     if tasks:
+        # Rule 9 in one commit for the whole step: every call that may start is on record
+        # before any of them can act; each one's own start and result are saved after it.
+        yield Persist([Event("tools_planned", {"calls": planned, "run_id": env.run_id})], flush=True)
         yield RunTasks(tasks)
     if fold.pending:
         return
@@ -391,8 +396,10 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
         started["args"] = call["args"]  # an edited call: what actually runs
     if tool.idempotent:
         started["idempotent"] = True
-    # rule 9: the start is saved before the tool can act
-    yield Persist([Event("tool_started", started)], flush=True)
+    # The step's plan already holds this call (rule 9), so its start needs no commit of its
+    # own; but the results of calls that finished are saved before another call can act.
+    finished_before = any(event.kind == "tool_finished" for event in env.buffer)
+    yield Persist([Event("tool_started", started)], flush=finished_before)
     try:
         result = yield CallTool(tool, values, request.runtime)
     except ConfigurationError:

@@ -35,7 +35,9 @@ Rule 8 - One writer per thread: every append names the head it expects, and the 
 Rule 9 - A tool call that started and never finished, whose run is no longer alive,
     is not run again silently: it becomes an ``outcome_unknown`` interrupt
     (:func:`unfinished_tool_interrupts`), unless its tool is idempotent, in which case
-    the tools step simply runs it again.
+    the tools step simply runs it again. A tools step saves the calls it is about to
+    run (``tools_planned``) in one commit before any of them acts, so a call that was
+    about to start counts as started.
 Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde.py``).
 """
 
@@ -124,9 +126,10 @@ def unfinished_tool_interrupts(
                         "name": started.name,
                         "args": started.args,
                         "description": (
-                            f"Tool {started.name!r} started but its result was never saved (the "
-                            "process running it stopped). It may or may not have taken effect. "
-                            "approve: run it again; respond: give its result; reject: do not run it."
+                            f"Tool {started.name!r} was about to run or running when the process "
+                            "running it stopped, and its result was never saved. It may or may not "
+                            "have taken effect. approve: run it again; respond: give its result; "
+                            "reject: do not run it."
                         ),
                         "allowed_decisions": list(OUTCOME_DECISIONS),
                     },
