@@ -124,7 +124,36 @@ def _stored_log() -> list[StoredEvent]:
 
 def test_the_sample_log_has_compressed_and_plain_records() -> None:
     payloads = [e.payload for e in _stored_log()]
-    assert any(p[:1] == b"\x02" for p in payloads) and any(p[:1] == b"{" for p in payloads)
+    assert any(p[:1] == b"\x03" for p in payloads) and any(p[:1] == b"{" for p in payloads)
+
+
+def test_records_compressed_with_zlib_by_earlier_versions_still_load() -> None:
+    """Format v1 with zlib (marker 0x02) is still read, event by event, as it was written."""
+    import zlib
+
+    from handrail.runtime.events import _ZDICT_V1, _unpack, decode_event
+
+    for stored in _stored_log():
+        plain = decode_event(stored, "t1")
+        if stored.payload[:1] != b"\x03":
+            continue
+        raw = _unpack(stored.payload, "t1", stored.seq)
+        packer = zlib.compressobj(1, zlib.DEFLATED, 12, 5, zlib.Z_DEFAULT_STRATEGY, _ZDICT_V1)
+        old = StoredEvent(
+            stored.seq, stored.kind, stored.created_at, b"\x02" + packer.compress(raw) + packer.flush()
+        )
+        assert decode_event(old, "t1").data == plain.data
+
+
+def test_a_compressed_record_that_claims_a_huge_size_is_refused() -> None:
+    import struct
+
+    from handrail.runtime.events import decode_event
+
+    # a Zstandard frame header declaring 2**40 bytes of content, and nothing after it
+    frame = b"\x28\xb5\x2f\xfd" + bytes([0b11000000]) + struct.pack("<Q", 2**40)
+    with pytest.raises(SerializationError, match="record 7: damaged compressed payload"):
+        decode_event(StoredEvent(7, "step", 0.0, b"\x03" + frame), "t1")
 
 
 @settings(max_examples=300, deadline=None)

@@ -33,9 +33,11 @@ class CountingSaver(InMemorySaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         marks = ["+claim"] if claim else []
         marks += ["-release"] if release else []
+        marks += [] if durable else ["~relaxed"]
         self.appends.append([e.kind for e in events] + marks)
         super().append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
@@ -63,11 +65,44 @@ def test_a_review_cycle_commits_once_per_effect_boundary(make_agent: AgentFactor
     assert saver.appends == [
         # the answer, the decision step, the calls about to run and the run's claim (rule 9)
         ["resume", "step", "tools_planned", "+claim"],
-        ["tool_started", "tool_finished", "tool_started"],  # a result is saved before the next call acts
-        ["tool_finished", "step"],  # results saved before the model sees them
+        # a result is saved before the next call acts; the plan already holds that call
+        ["tool_started", "tool_finished", "tool_started", "~relaxed"],
+        ["tool_finished", "step", "~relaxed"],  # results saved before the model sees them
         ["step", "interrupt", "-release"],  # the model's answer, the next question, the run ends
     ]
     assert saver.standalone == []  # liveness costs no commit of its own
+
+
+def test_a_review_cycle_waits_for_the_disk_twice(make_agent: AgentFactory) -> None:
+    """Rules 7 and 9: every step is committed, and two commits a cycle are durable.
+
+    The one that records the calls about to run (so after a power cut a call that may
+    have acted is never silently run again) and the pause; the commits between them
+    are relaxed (kept if the process dies; made durable by the next durable commit).
+    """
+    saver = CountingSaver()
+    edit = {"type": "edit", "edited_action": {"name": "write_file", "args": {"path": "e", "content": "y"}}}
+    decisions = [
+        [{"type": "approve"}, {"type": "approve"}],
+        [edit, {"type": "approve"}],
+        [{"type": "approve"}, {"type": "reject", "message": "no"}],
+        [{"type": "reject"}, {"type": "reject", "message": "not now"}],
+    ]
+    script = [
+        turn(call("write_file", path=f"{i}", content="x"), call("execute_sql", query="q"))
+        for i in range(len(decisions))
+    ]
+    agent = make_agent([*script, {"content": "done"}], checkpointer=saver)
+    agent.invoke({"messages": "go"}, config())
+    for answer in decisions:
+        saver.appends.clear()
+        agent.invoke(Command(resume={"decisions": answer}), config())
+        durable = [kinds for kinds in saver.appends if "~relaxed" not in kinds]
+        # the plan (every call that may act) is durable in the first commit, before any call acts
+        assert durable[0][-2:] == ["tools_planned", "+claim"], saver.appends
+        assert saver.appends[0] == durable[0]
+        assert "-release" in durable[-1]  # the pause, or the final answer
+        assert len(durable) == 2, saver.appends
 
 
 def test_a_failing_hook_keeps_the_steps_before_it(spec_tools: list, ledger: Ledger) -> None:
@@ -210,5 +245,5 @@ async def test_concurrent_calls_of_an_async_run_share_their_commits(spec_tools: 
     result = await agent.ainvoke(Command(resume={"decisions": [{"type": "approve"}] * 3}), config())
     assert result["messages"][-1].content == "done"
     assert len(saver.appends) == 3, saver.appends
-    assert saver.appends[0][-2:] == ["tools_planned", "+claim"]
+    assert saver.appends[0][-2:] == ["tools_planned", "+claim"]  # durable: no "~relaxed"
     assert saver.appends[1].count("tool_finished") == 3

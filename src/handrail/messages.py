@@ -12,7 +12,7 @@ users write by hand, through :func:`coerce_message`::
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, NotRequired, TypedDict
@@ -40,8 +40,12 @@ __all__ = [
 
 
 def new_id(prefix: str = "") -> str:
-    """Return a fresh random id, optionally with a readable prefix (``"call_..."``)."""
-    return f"{prefix}{uuid.uuid4().hex}"
+    """Return a fresh random id, optionally with a readable prefix (``"call_..."``).
+
+    128 random bits from the operating system, as 32 hex digits (the form of
+    ``uuid4().hex``, without building a UUID object, which costs five times more).
+    """
+    return prefix + os.urandom(16).hex()
 
 
 class ToolCall(TypedDict):

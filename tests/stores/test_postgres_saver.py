@@ -279,6 +279,9 @@ def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any)
             "append with a release": lambda: saver.append(
                 "t", events(4, 1), expected_seq=3, record=record("t", 4), release="r1"
             ),
+            "append, relaxed": lambda: saver.append(
+                "t", events(5, 1), expected_seq=4, record=record("t", 5), durable=False
+            ),
             "read": lambda: saver.read("t"),
             "get_thread": lambda: saver.get_thread("t"),
             "list_threads": lambda: saver.list_threads(ThreadFilter(metadata={"team": "a"})),
@@ -301,6 +304,48 @@ def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any)
 
         conflict = _round_trips(conn, trace, lose)
         assert conflict == 1  # the server tells the conflict: no second query, nothing to roll back
+        saver.close()
+
+
+def _wal_syncs(writer: Any, watcher: Any) -> int:
+    """WAL flushes so far, the writer's own included (a backend sends its counts when idle)."""
+    writer.execute("SELECT pg_stat_force_next_flush()")
+    writer.execute("SELECT 1")  # idle once more: the counts are flushed
+    watcher.execute("SELECT pg_stat_clear_snapshot()")
+    return int(watcher.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()[0])
+
+
+def test_a_relaxed_append_commits_without_waiting_for_the_wal_flush(postgres: str, schema: str) -> None:
+    """``durable=False`` turns synchronous_commit off for that statement's transaction only."""
+    count = 60
+    with psycopg.connect(postgres, autocommit=True) as conn, psycopg.connect(postgres) as watcher:
+        watcher.autocommit = True
+        if conn.info.server_version < 150000:
+            pytest.skip("pg_stat_force_next_flush() needs PostgreSQL 15")
+        saver = PostgresSaver(conn, schema=schema)
+        saver.setup()
+        syncs: dict[bool, int] = {}
+        for durable in (True, False):
+            thread_id = f"t-{durable}"
+            before = _wal_syncs(conn, watcher)
+            for seq in range(1, count + 1):
+                saver.append(
+                    thread_id,
+                    events(seq, 1),
+                    expected_seq=seq - 1,
+                    record=record(thread_id, seq),
+                    durable=durable,
+                )
+            syncs[durable] = _wal_syncs(conn, watcher) - before
+            # the setting did not outlive its transaction
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+            assert [e.seq for e in saver.read(thread_id).events] == list(range(1, count + 1))
+        # each durable commit flushed the WAL; relaxed ones left it to the WAL writer (a few
+        # flushes at most in the time the loop takes; other sessions may add some)
+        assert syncs[True] >= count, syncs
+        assert syncs[False] < count // 3, syncs
+        with pytest.raises(ConflictError):  # a relaxed append still conflicts
+            saver.append("t-False", events(1, 1), expected_seq=0, record=record("t-False", 1), durable=False)
         saver.close()
 
 

@@ -316,6 +316,24 @@ def test_synchronous_is_full_unless_normal_is_asked_for(tmp_path: Path) -> None:
             SqliteSaver(path, synchronous=wrong)  # type: ignore[arg-type]
 
 
+def test_a_relaxed_append_commits_without_waiting_for_the_disk(tmp_path: Path) -> None:
+    """``durable=False`` commits at synchronous=NORMAL (no fsync); durable ones keep the saver's level."""
+    path = tmp_path / "r.db"
+    for option, durable_level in ({}, 2), ({"synchronous": "NORMAL"}, 1):
+        path.unlink(missing_ok=True)
+        with SqliteSaver(path, **option) as saver:  # type: ignore[arg-type]
+            levels = []
+            for seq, durable in enumerate([True, False, False, True, False], start=1):
+                saver.append(
+                    "t", events(seq, 1), expected_seq=seq - 1, record=record("t", seq), durable=durable
+                )
+                with saver._connection() as conn:  # one Python thread: the same pooled connection
+                    levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
+            assert levels == [durable_level, 1, 1, durable_level, 1], option
+            with SqliteSaver(path) as other:  # committed: another connection sees every append
+                assert [e.seq for e in other.read("t").events] == [1, 2, 3, 4, 5]
+
+
 def test_a_claim_made_by_an_append_keeps_its_lease(tmp_path: Path) -> None:
     path = tmp_path / "h.db"
     saver = SqliteSaver(path, lease_seconds=1.0)  # renewed every third of a second

@@ -271,7 +271,7 @@ class Queries:
             f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
-        self._append_sql: dict[tuple[bool, bool, bool, int], str] = {}
+        self._append_sql: dict[tuple[bool, bool, bool, int, bool], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
             f"(SELECT CASE WHEN {_alive('%(owner)s::bigint')} THEN true "
@@ -344,10 +344,14 @@ class Queries:
         *,
         claim: tuple[str, int] | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> Op[None]:
         """One statement: move the head (or conflict), then write everything else.
 
         ``claim`` is ``(run_id, owner_key)``: the run is claimed, then ``release`` released.
+        ``durable=False``: the statement sets ``synchronous_commit`` off for its own
+        transaction, so its commit does not wait for the WAL flush (the server keeps it
+        if our process dies; WAL order makes the next durable commit flush it too).
         """
         params: dict[str, Any] = {
             "thread": thread_id,
@@ -382,7 +386,13 @@ class Queries:
             claiming = 2 if claim[0] == release else 1
         if release is not None:
             params["release"] = release
-        flags = (expected_seq == 0, bool(events), bool(record.pending), claiming + 3 * (release is not None))
+        flags = (
+            expected_seq == 0,
+            bool(events),
+            bool(record.pending),
+            claiming + 3 * (release is not None),
+            durable,
+        )
         sql = self._append_sql.get(flags)
         if sql is None:
             sql = self._append_sql[flags] = self._build_append(
@@ -391,10 +401,13 @@ class Queries:
                 pending=bool(record.pending),
                 claim=claiming,
                 release=release is not None,
+                durable=durable,
             )
         yield [Query(sql, params)]
 
-    def _build_append(self, *, new: bool, events: bool, pending: bool, claim: int, release: bool) -> str:
+    def _build_append(
+        self, *, new: bool, events: bool, pending: bool, claim: int, release: bool, durable: bool = True
+    ) -> str:
         """The SQL of an append: data-modifying CTEs, each done only if the head moved.
 
         One statement is one transaction and one round trip, with no BEGIN or COMMIT:
@@ -476,10 +489,12 @@ class Queries:
                 f"released AS (DELETE FROM {self.runs} WHERE thread_id = %(thread)s "
                 f"AND run_id = %(release)s AND {go})"
             )
-        return (
-            "WITH " + ", ".join(ctes) + f" SELECT {p}conflict(%(thread)s, %(expected)s, %(epoch)s) "
-            f"WHERE NOT {go}"
-        )
+        conflict = f"{p}conflict(%(thread)s, %(expected)s, %(epoch)s)"
+        if durable:
+            return "WITH " + ", ".join(ctes) + f" SELECT {conflict} WHERE NOT {go}"
+        # evaluated in every case: the setting lasts until this statement's commit
+        relax = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+        return "WITH " + ", ".join(ctes) + f" SELECT CASE WHEN {go} THEN {relax} ELSE {conflict} END"
 
     def prune(
         self, thread_id: str, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]

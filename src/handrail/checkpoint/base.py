@@ -7,13 +7,17 @@ what the events mean.
 
 The whole protocol:
 
-``append(thread_id, events, expected_seq=, record=, claim=, release=)``
+``append(thread_id, events, expected_seq=, record=, claim=, release=, durable=True)``
     Add events ``expected_seq + 1 ...`` and replace the thread record, atomically. If
     the thread's head is not ``expected_seq``, or (for ``expected_seq > 0``) its stored
     epoch is not ``record.epoch``, another writer got there first: raise
     :class:`~handrail.errors.ConflictError` and save nothing (SPEC rule 8). ``claim`` and
     ``release`` mark a run alive or finished in the same transaction, so a run's
-    liveness costs no commit of its own.
+    liveness costs no commit of its own. With ``durable=False`` the append must still be
+    committed - visible to every reader and kept if the *process* dies - but the store
+    need not wait for it to reach the disk (no fsync); the next durable append makes it
+    durable too, since a store's log is written in order. The runtime asks for a durable
+    append before a tool may act and at the end of a run; see ``runtime/effects.py``.
 ``read(thread_id, after_seq=0, upto_seq=None)``
     The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
 ``get_thread``, ``list_threads``, ``list_pending``, ``delete_thread``
@@ -152,11 +156,14 @@ class BaseCheckpointSaver(ABC):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
 
         With ``claim``/``release``, also do what :meth:`claim_run`/:meth:`release_run` do
-        for that run id, in the same transaction.
+        for that run id, in the same transaction. ``durable=False``: commit without
+        waiting for the disk (the commit survives the process, not a power cut, until
+        the next durable append); a store without such a mode ignores it.
         """
 
     @abstractmethod
@@ -212,11 +219,19 @@ class BaseCheckpointSaver(ABC):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         """Async :meth:`append`."""
+        relaxed = {} if durable else {"durable": False}  # a subclass's append may predate it
         await asyncio.to_thread(
             lambda: self.append(
-                thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+                thread_id,
+                events,
+                expected_seq=expected_seq,
+                record=record,
+                claim=claim,
+                release=release,
+                **relaxed,
             )
         )
 

@@ -48,6 +48,7 @@ class InMemorySaver(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         with self._lock:
             current = self._records.get(thread_id)
@@ -172,8 +173,17 @@ class InMemorySaver(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
-        self.append(thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release)
+        self.append(
+            thread_id,
+            events,
+            expected_seq=expected_seq,
+            record=record,
+            claim=claim,
+            release=release,
+            durable=durable,
+        )
 
     async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq)

@@ -365,6 +365,7 @@ class PostgresSaver(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
         released = self._forget_claim(thread_id, release)
@@ -378,6 +379,7 @@ class PostgresSaver(BaseCheckpointSaver):
                     record,
                     claim=(claim, owner[0]) if claim is not None and owner is not None else None,
                     release=release,
+                    durable=durable,
                 )
                 try:
                     self._run(op)
@@ -648,6 +650,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
         released = release is not None and (thread_id, release) in self._claimed
@@ -663,6 +666,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                     record,
                     claim=(claim, owner[0]) if claim is not None and owner is not None else None,
                     release=release,
+                    durable=durable,
                 )
                 try:
                     await self._run(op)
@@ -781,10 +785,17 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         self._call(
             lambda: self.aappend(
-                thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+                thread_id,
+                events,
+                expected_seq=expected_seq,
+                record=record,
+                claim=claim,
+                release=release,
+                durable=durable,
             )
         )
 

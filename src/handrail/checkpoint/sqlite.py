@@ -28,21 +28,30 @@ connections.
 Durability: ``synchronous``
 ---------------------------
 Every append, claim and release is one transaction, and its commit is most of its
-cost. With ``synchronous="FULL"`` (the default) each commit waits for an fsync of the
-WAL: once ``append`` returns, the events survive a crash of the process, of the
-operating system and a power cut. That is what the runtime's promises rest on: a
-tool's ``tool_started`` is on disk before the tool runs, so after any crash a tool
-never runs twice without a review (its result is reported as unknown instead), and an
-answered review is never asked again. ``synchronous="NORMAL"`` skips the fsync at
-commit (SQLite syncs the WAL at checkpoints instead): commits are several times
-cheaper (on the benchmark machine's disk an append takes about 0.05 ms instead of
-0.3 ms), the file is never corrupted, and nothing is lost when the *process* crashes
-or is killed; but a crash of the operating system or a power cut may roll back the
-last commits. The thread then comes back as it was a few commits earlier: a review
-answered just before the crash is pending again, and if its tools had already run,
-approving it again runs them a second time. Use ``"NORMAL"`` where that is acceptable
-(development, tests, workers whose disk does not outlive the machine, tools that are
-safe to repeat); keep ``"FULL"`` where a tool must never run twice.
+cost. With ``synchronous="FULL"`` (the default) a durable commit waits for an fsync of
+the WAL: once it returns, the events survive a crash of the process, of the operating
+system and a power cut. The runtime asks for that where its promises rest on it: the
+commit that records the tool calls a step is about to run (so after any crash a tool
+never runs twice without a review: its result is reported as unknown instead), and
+the run's last commit (a pause or a final answer is never lost once ``invoke``
+returns). The commits in between - a finished tool's result, the state before a
+model call - are appended with ``durable=False`` and made with ``synchronous=NORMAL``:
+committed and visible to every process, kept if the process dies, but synced to disk
+only by the next durable commit (in WAL mode the log is written in order, so one
+fsync covers every frame before it). A power cut between the two rolls the thread
+back to the last durable commit, where the calls that had begun come back as
+``outcome_unknown`` reviews.
+
+``synchronous="NORMAL"`` makes every commit skip the fsync (SQLite syncs the WAL at
+checkpoints instead): commits are several times cheaper (on the benchmark machine's
+disk an append takes about 0.05 ms instead of 0.3 ms), the file is never corrupted,
+and nothing is lost when the *process* crashes or is killed; but a crash of the
+operating system or a power cut may roll back the last commits. The thread then comes
+back as it was a few commits earlier: a review answered just before the crash is
+pending again, and if its tools had already run, approving it again runs them a
+second time. Use ``"NORMAL"`` where that is acceptable (development, tests, workers
+whose disk does not outlive the machine, tools that are safe to repeat); keep
+``"FULL"`` where a tool must never run twice.
 
 Run liveness (SPEC rule 9)
 --------------------------
@@ -239,8 +248,10 @@ class _SqliteStore(BaseCheckpointSaver):
             isolation_level=None,
             check_same_thread=False,
             uri=self.path.startswith("file:"),
+            factory=_Connection,
         )
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.synchronous = self._synchronous
         self._register_functions(conn)
         return conn
 
@@ -288,10 +299,18 @@ class _SqliteStore(BaseCheckpointSaver):
                         self._idle.append(conn)
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        """One transaction; a write takes SQLite's write lock before reading anything."""
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction; a write takes SQLite's write lock before reading anything.
+
+        ``durable=False`` commits with ``synchronous=NORMAL`` (no fsync; in WAL mode the
+        next FULL commit syncs the log, this commit's frames included).
+        """
         with self._connection() as conn:
             self._failure.error = None
+            level = self._synchronous if durable else "NORMAL"
+            if isinstance(conn, _Connection) and conn.synchronous != level:
+                conn.execute(f"PRAGMA synchronous = {level}")
+                conn.synchronous = level
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield conn
@@ -407,6 +426,7 @@ class _SqliteStore(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        durable: bool = True,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
         event_rows = [(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events]
@@ -417,7 +437,7 @@ class _SqliteStore(BaseCheckpointSaver):
                 released = (thread_id, release) in self._claimed
                 self._claimed.discard((thread_id, release))
         try:
-            with self._transaction(write=True) as conn:
+            with self._transaction(write=True, durable=durable) as conn:
                 row = conn.execute(
                     "SELECT head_seq, epoch, pending_count FROM threads WHERE thread_id = ?", (thread_id,)
                 ).fetchone()
@@ -709,6 +729,12 @@ class _SqliteStore(BaseCheckpointSaver):
             ):
                 pending.setdefault(row[0], []).append(pending_from_row(*row))
         return [_record(row, pending.get(row[0], ())) for row in rows]
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that remembers its ``PRAGMA synchronous`` level."""
+
+    synchronous = ""
 
 
 def _record(row: Sequence[Any], pending: Sequence[PendingReview]) -> ThreadRecord:

@@ -10,6 +10,8 @@ else in the runtime knows whether it runs sync or async.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -147,11 +149,23 @@ class Persist(Effect):
 
     A ``step`` or ``update`` event whose ``next`` is None gets it computed here, after its
     values are applied, from the plan (so routing sees the state the step produced).
+
+    Durability: every flush is committed, so a process that dies loses nothing saved
+    (rule 7). Only some commits also wait for the disk (an fsync): the one that records
+    the tool calls a step is about to run (rule 9 must hold after a power cut too: a
+    call that may have acted is on disk first), the one that claims the run, the run's
+    last (a pause or an answer is never lost once ``invoke`` returns) and those asked
+    for with ``durable=True``. The commits in between - a tool's result, the state
+    before a model call - need not: a store writes its log in order, so the next
+    durable commit makes them durable too, and a power cut before it rolls the thread
+    back to the recorded calls, which come back as ``outcome_unknown`` reviews, never
+    silently run again. That is two waits for the disk per review cycle.
     """
 
     events: list[Event]
     flush: bool = False
     release: bool = False  # the run's last write: end its claim in the same commit
+    durable: bool = False  # wait for the disk even if nothing below asks for it
 
     def _prepare(self, env: Env) -> None:
         if env.broken:
@@ -221,6 +235,14 @@ class Persist(Effect):
         release = env.run_id if self.release and (env.claimed or claim) else None
         return claim, release
 
+    def _durable(self, events: list[Event], claim: str | None) -> bool:
+        return (
+            self.durable
+            or self.release
+            or claim is not None
+            or any(e.kind == "tools_planned" for e in events)
+        )
+
     def _appended(self, env: Env, claim: str | None, release: str | None) -> None:
         env.appends += 1
         if claim is not None:
@@ -236,7 +258,13 @@ class Persist(Effect):
         claim, release = self._liveness(env, events)
         try:
             env.store.append(
-                env.thread_id, stored, expected_seq=expected, record=record, claim=claim, release=release
+                env.thread_id,
+                stored,
+                expected_seq=expected,
+                record=record,
+                claim=claim,
+                release=release,
+                **_relaxed(env.store, self._durable(events, claim), "append"),
             )
         except ConflictError as exc:
             env.broken = True
@@ -257,7 +285,13 @@ class Persist(Effect):
             claim, release = self._liveness(env, events)
             try:
                 await env.store.aappend(
-                    env.thread_id, stored, expected_seq=expected, record=record, claim=claim, release=release
+                    env.thread_id,
+                    stored,
+                    expected_seq=expected,
+                    record=record,
+                    claim=claim,
+                    release=release,
+                    **_relaxed(env.store, self._durable(events, claim), "aappend"),
                 )
             except ConflictError as exc:
                 env.broken = True
@@ -266,6 +300,26 @@ class Persist(Effect):
                 env.broken = True
                 raise
             self._appended(env, claim, release)
+
+
+_NO_ARGS: dict[str, Any] = {}
+_RELAXED: dict[str, Any] = {"durable": False}
+
+
+@functools.cache
+def _knows_durable(store_type: type[BaseCheckpointSaver], method: str) -> bool:
+    """Whether a store's ``append``/``aappend`` takes ``durable`` (stores written before it may not)."""
+    if method == "aappend" and store_type.aappend is BaseCheckpointSaver.aappend:
+        method = "append"  # the default aappend hands everything to append
+    parameters = inspect.signature(getattr(store_type, method)).parameters.values()
+    return any(p.name == "durable" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _relaxed(store: BaseCheckpointSaver, durable: bool, method: str) -> dict[str, Any]:
+    """The keyword to pass for a commit that need not wait for the disk, if the store takes it."""
+    if durable or not _knows_durable(type(store), method):
+        return _NO_ARGS
+    return _RELAXED
 
 
 def flush(*, last: bool = False) -> Persist:

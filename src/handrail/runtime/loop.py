@@ -430,7 +430,7 @@ def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str 
         yield from _travel(env, fold, checkpoint_id)
     data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}
     data["next"] = None if as_node is not None else list(fold.next)
-    yield Persist([Event("update", data)], flush=True)
+    yield Persist([Event("update", data)], flush=True, durable=True)
     spec.cache.put(fold)
     config: RunnableConfig = {
         "configurable": {"thread_id": env.thread_id, "checkpoint_id": checkpoint_id_of(fold.checkpoint_seq)}

@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,7 @@ OUTCOME_DECISIONS = ("approve", "respond", "reject")
 
 def new_interrupt_id() -> str:
     """A fresh interrupt id (32 hex digits)."""
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 def looks_like_interrupt_id(key: Any) -> bool:
