@@ -131,13 +131,13 @@ def test_records_compressed_with_zlib_by_earlier_versions_still_load() -> None:
     """Format v1 with zlib (marker 0x02) is still read, event by event, as it was written."""
     import zlib
 
-    from handrail.runtime.events import _ZDICT_V1, _unpack, decode_event
+    from handrail.runtime.events import _ZDICT_V1, decode_event, unpack_payload
 
     for stored in _stored_log():
         plain = decode_event(stored, "t1")
         if stored.payload[:1] != b"\x03":
             continue
-        raw = _unpack(stored.payload, "t1", stored.seq)
+        raw = unpack_payload(stored.payload, "t1", "record")
         packer = zlib.compressobj(1, zlib.DEFLATED, 12, 5, zlib.Z_DEFAULT_STRATEGY, _ZDICT_V1)
         old = StoredEvent(
             stored.seq, stored.kind, stored.created_at, b"\x02" + packer.compress(raw) + packer.flush()
@@ -224,5 +224,26 @@ def test_a_damaged_inbox_entry_names_the_thread_and_interrupt(make_agent: AgentF
     store._records["t1"] = replace(record, pending=(replace(pending, payload=b"\x80"),))  # type: ignore[union-attr]
     with pytest.raises(
         SerializationError, match=f"thread 't1', pending interrupt {pending.interrupt_id}: not valid"
+    ):
+        agent.list_interrupts()
+
+
+def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent: AgentFactory) -> None:
+    """A pending review's payload is stored like an event's: compressed when that pays."""
+    from dataclasses import replace
+
+    agent = make_agent([turn(call("write_file", path="notes.txt", content="lorem ipsum dolor " * 40))])
+    agent.invoke({"messages": "go"}, config())
+    store = agent.checkpointer
+    record = store._records["t1"]  # type: ignore[union-attr]
+    (pending,) = record.pending
+    assert pending.payload[:1] == b"\x03"
+    (item,) = agent.list_interrupts().items
+    assert item.interrupt == agent.get_state(config()).interrupts[0]
+    damaged = pending.payload[:-6] + b"\x00" * 6
+    store._records["t1"] = replace(record, pending=(replace(pending, payload=damaged),))  # type: ignore[union-attr]
+    with pytest.raises(
+        SerializationError,
+        match=f"thread 't1', pending interrupt {pending.interrupt_id}: damaged compressed payload",
     ):
         agent.list_interrupts()

@@ -29,6 +29,7 @@ from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
 from handrail.runtime import loop, maintenance, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync
+from handrail.runtime.events import unpack_payload
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
 from handrail.types import AuditEntry, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
@@ -760,7 +761,9 @@ def _page(items: list[Any], limit: int) -> InterruptPage:
             thread_id=item.thread_id,
             interrupt=Interrupt(
                 value=loads(
-                    item.review.payload,
+                    unpack_payload(
+                        item.review.payload, item.thread_id, f"pending interrupt {item.review.interrupt_id}"
+                    ),
                     thread_id=item.thread_id,
                     record=f"pending interrupt {item.review.interrupt_id}",
                 ),

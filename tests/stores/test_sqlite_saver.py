@@ -34,7 +34,8 @@ def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
+        assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file: small pages
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"events", "threads", "pending", "pending_tools", "runs", "run_owners"} <= tables
     with SqliteSaver.from_conn_string(path) as again:  # reopening keeps everything
@@ -65,12 +66,15 @@ def test_memory_and_connection_forms(tmp_path: Path) -> None:
     conn.close()
 
 
+OURS = 2  # handrail's own schema versions
+
+
 class _Extended(SqliteSaver):
     def schema_migrations(self) -> tuple[Migration, ...]:
         return (
             *super().schema_migrations(),
-            Migration(2, "labels", ("CREATE TABLE labels (thread_id TEXT, label TEXT)",)),
-            Migration(3, "label index", ("CREATE INDEX labels_by_label ON labels (label)",)),
+            Migration(OURS + 1, "labels", ("CREATE TABLE labels (thread_id TEXT, label TEXT)",)),
+            Migration(OURS + 2, "label index", ("CREATE INDEX labels_by_label ON labels (label)",)),
         )
 
 
@@ -78,8 +82,34 @@ class _Broken(SqliteSaver):
     def schema_migrations(self) -> tuple[Migration, ...]:
         return (
             *super().schema_migrations(),
-            Migration(2, "half", ("CREATE TABLE half (x)", "CREATE TABLE nonsense (")),
+            Migration(OURS + 1, "half", ("CREATE TABLE half (x)", "CREATE TABLE nonsense (")),
         )
+
+
+class _Version1(SqliteSaver):
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        return super().schema_migrations()[:1]
+
+
+def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> None:
+    """Version 2 rebuilds events, pending and runs as clustered tables, keeping every row."""
+    path = tmp_path / "v1.db"
+    review = PendingReview("i1", "interrupt", ("write_file",), 5.0, b'{"a": 1}')
+    old = _Version1(path)  # left open: its run stays alive
+    old.append("t", events(1, 3), expected_seq=0, record=record("t", 3))
+    old.append("u", events(1, 1), expected_seq=0, record=record("u", 1, (review,)), claim="r1")
+    with SqliteSaver(path) as saver:
+        assert [e.seq for e in saver.read("t").events] == [1, 2, 3]
+        assert saver.get_thread("u") == record("u", 1, (review,))
+        assert [item.review for item in saver.list_pending(PendingFilter(tool="write_file"))] == [review]
+        assert saver.runs_alive("u") == {"r1"}
+        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+    old.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
+        for table in ("events", "pending", "runs"):
+            (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+            assert sql.endswith("WITHOUT ROWID"), table
 
 
 def test_migrations_apply_in_order_once(tmp_path: Path) -> None:
@@ -89,9 +119,9 @@ def test_migrations_apply_in_order_once(tmp_path: Path) -> None:
         saver.setup()  # idempotent
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT version, description FROM schema_version ORDER BY version").fetchall()
-        assert [v for v, _ in rows] == [1, 2, 3] and rows[1][1] == "labels"
+        assert [v for v, _ in rows] == [1, 2, 3, 4] and rows[2][1] == "labels"
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'labels_by_label'").fetchone()
-    with pytest.raises(ConfigurationError, match="schema version 3, newer than this handrail knows"):
+    with pytest.raises(ConfigurationError, match="schema version 4, newer than this handrail knows"):
         SqliteSaver(path)
 
 
@@ -101,7 +131,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError):
         _Broken(path)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (1,)
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (OURS,)
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'half'").fetchone() is None
 
 
@@ -125,11 +155,8 @@ def test_many_openers_of_a_new_file_at_once(tmp_path: Path) -> None:
         thread.join()
     assert errors == []
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-        ]
+        versions = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+        assert versions == [(v,) for v in range(1, OURS + 3)]
 
 
 def test_one_saver_shared_by_many_python_threads(tmp_path: Path) -> None:

@@ -128,6 +128,9 @@ log = logging.getLogger(__name__)
 
 Synchronous = Literal["FULL", "NORMAL"]
 
+PAGE_SIZE = 1024
+"""The page size of a new database file (SQLite's default is 4096)."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -186,6 +189,49 @@ MIGRATIONS: tuple[Migration, ...] = (
                 claimed_at REAL NOT NULL,
                 PRIMARY KEY (thread_id, run_id)
             )""",
+        ),
+    ),
+    Migration(
+        2,
+        "events, pending reviews and runs in clustered tables (WITHOUT ROWID): a commit writes fewer pages",
+        (
+            """CREATE TABLE events_v2 (
+                thread_id  TEXT NOT NULL,
+                seq        INTEGER NOT NULL,
+                kind       TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                payload    BLOB NOT NULL,
+                PRIMARY KEY (thread_id, seq)
+            ) WITHOUT ROWID""",
+            "INSERT INTO events_v2 SELECT thread_id, seq, kind, created_at, payload FROM events",
+            "DROP TABLE events",
+            "ALTER TABLE events_v2 RENAME TO events",
+            """CREATE TABLE pending_v2 (
+                thread_id    TEXT NOT NULL,
+                interrupt_id TEXT NOT NULL,
+                position     INTEGER NOT NULL,
+                kind         TEXT NOT NULL,
+                tools        TEXT NOT NULL,
+                created_at   REAL NOT NULL,
+                payload      BLOB NOT NULL,
+                PRIMARY KEY (thread_id, interrupt_id)
+            ) WITHOUT ROWID""",
+            "INSERT INTO pending_v2 SELECT thread_id, interrupt_id, position, kind, tools, created_at, "
+            "payload FROM pending",
+            "DROP TABLE pending",
+            "ALTER TABLE pending_v2 RENAME TO pending",
+            "CREATE INDEX pending_inbox ON pending (created_at, thread_id, interrupt_id)",
+            "CREATE INDEX pending_by_kind ON pending (kind, created_at, thread_id, interrupt_id)",
+            """CREATE TABLE runs_v2 (
+                thread_id  TEXT NOT NULL,
+                run_id     TEXT NOT NULL,
+                owner_id   TEXT NOT NULL,
+                claimed_at REAL NOT NULL,
+                PRIMARY KEY (thread_id, run_id)
+            ) WITHOUT ROWID""",
+            "INSERT INTO runs_v2 SELECT thread_id, run_id, owner_id, claimed_at FROM runs",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_v2 RENAME TO runs",
         ),
     ),
 )
@@ -336,6 +382,9 @@ class _SqliteStore(BaseCheckpointSaver):
         migrations = self.schema_migrations()
         with self._connection() as conn:
             if self.path != ":memory:":
+                # A new file gets small pages: an append touches a dozen b-trees, one page
+                # each, and a commit writes (and syncs) whole pages. No-op on an existing file.
+                conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 mode = self._switch_to_wal(conn)
                 if mode is None or str(mode[0]).lower() not in ("wal", "memory"):
                     log.warning("SQLite could not switch %s to WAL mode (%s)", self.path, mode)

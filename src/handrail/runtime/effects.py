@@ -42,8 +42,8 @@ from handrail.runtime.context import (
     reset_current_task,
     set_current_task,
 )
-from handrail.runtime.events import Event, encode_event
-from handrail.runtime.fold import ThreadFold
+from handrail.runtime.events import Event, encode_event, pack_payload
+from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, run_coroutine_sync
 
@@ -167,42 +167,12 @@ class Persist(Effect):
     release: bool = False  # the run's last write: end its claim in the same commit
     durable: bool = False  # wait for the disk even if nothing below asks for it
 
-    def _prepare(self, env: Env) -> None:
-        if env.broken:
-            raise ConflictError(
-                f"thread {env.thread_id!r}: an earlier append of this run failed; it cannot continue",
-                thread_id=env.thread_id,
-            )
-        fold = env.fold
-        assert fold is not None
-        if not env.buffer:
-            env.buffer_from = fold.head_seq
-        now = time.time()
-        for event in self.events:
-            event.seq = fold.head_seq + 1
-            event.created_at = now
-            _assign_message_ids(event)
-            if event.kind in ("step", "update") and event.data.get("next") is None:
-                jump = event.data.pop("jump_to", None)
-                event.data["next"] = []
-                fold.apply(event)
-                after = event.data.get("as_node") if event.kind == "update" else event.data["step"]
-                fold.next = env.spec.plan.after(after, fold.messages, jump) if after else ()
-                event.data["next"] = list(fold.next)
-            elif event.kind == "branch":
-                fold.adopt(event.data.pop("_past"), event)
-            else:
-                fold.apply(event)
-            env.buffer.append(event)
-        if not fold.epoch:
-            fold.epoch = new_id()
-
     def _take(self, env: Env) -> tuple[list[Event], list[StoredEvent], ThreadRecord, int] | None:
         """Prepare, and when flushing hand back what to append (emptying the buffer)."""
+        buffer(env, self.events)
+        if not self.flush or not env.buffer:
+            return None
         try:
-            self._prepare(env)
-            if not self.flush or not env.buffer:
-                return None
             events, env.buffer = env.buffer, []
             stored = [encode_event(event, env.thread_id) for event in events]
             assert env.fold is not None
@@ -275,31 +245,40 @@ class Persist(Effect):
         self._appended(env, claim, release)
 
     async def run_async(self, env: Env) -> None:
-        if env.lock is None:
-            env.lock = asyncio.Lock()
-        async with env.lock:
-            taken = self._take(env)
-            if taken is None:
-                return
-            events, stored, record, expected = taken
-            claim, release = self._liveness(env, events)
-            try:
-                await env.store.aappend(
-                    env.thread_id,
-                    stored,
-                    expected_seq=expected,
-                    record=record,
-                    claim=claim,
-                    release=release,
-                    **_relaxed(env.store, self._durable(events, claim), "aappend"),
-                )
-            except ConflictError as exc:
-                env.broken = True
-                raise self._conflict(env, events, exc) from None
-            except BaseException:
-                env.broken = True
-                raise
-            self._appended(env, claim, release)
+        if env.lock is None:  # one coroutine drives the run: nothing to serialise
+            await self._write_async(env)
+            return
+        async with env.lock:  # concurrent tool calls: one append at a time, in order
+            await self._write_async(env)
+
+    async def _write_async(self, env: Env) -> None:
+        taken = self._take(env)
+        if taken is None:
+            return
+        events, stored, record, expected = taken
+        claim, release = self._liveness(env, events)
+        try:
+            await env.store.aappend(
+                env.thread_id,
+                stored,
+                expected_seq=expected,
+                record=record,
+                claim=claim,
+                release=release,
+                **_relaxed(env.store, self._durable(events, claim), "aappend"),
+            )
+        except ConflictError as exc:
+            env.broken = True
+            raise self._conflict(env, events, exc) from None
+        except BaseException:
+            env.broken = True
+            raise
+        self._appended(env, claim, release)
+
+
+def flush(*, last: bool = False) -> Persist:
+    """The effect that writes whatever the run has buffered (``last``: the run ends here)."""
+    return Persist([], flush=True, release=last)
 
 
 _NO_ARGS: dict[str, Any] = {}
@@ -322,9 +301,46 @@ def _relaxed(store: BaseCheckpointSaver, durable: bool, method: str) -> dict[str
     return _RELAXED
 
 
-def flush(*, last: bool = False) -> Persist:
-    """The effect that writes whatever the run has buffered (``last``: the run ends here)."""
-    return Persist([], flush=True, release=last)
+def buffer(env: Env, events: list[Event]) -> None:
+    """Add events to the run's buffer and apply them to its fold, without writing them.
+
+    The loop calls this directly for events that need no commit yet (no effect round
+    trip); :class:`Persist` does the same and then writes the buffer when it flushes.
+    """
+    if env.broken:
+        raise ConflictError(
+            f"thread {env.thread_id!r}: an earlier append of this run failed; it cannot continue",
+            thread_id=env.thread_id,
+        )
+    if not events:
+        return
+    fold = env.fold
+    assert fold is not None
+    try:
+        if not env.buffer:
+            env.buffer_from = fold.head_seq
+        now = time.time()
+        for event in events:
+            event.seq = fold.head_seq + 1
+            event.created_at = now
+            _assign_message_ids(event)
+            if event.kind in ("step", "update") and event.data.get("next") is None:
+                jump = event.data.pop("jump_to", None)
+                event.data["next"] = []
+                fold.apply(event)
+                after = event.data.get("as_node") if event.kind == "update" else event.data["step"]
+                fold.next = env.spec.plan.after(after, fold.messages, jump) if after else ()
+                event.data["next"] = list(fold.next)
+            elif event.kind == "branch":
+                fold.adopt(event.data.pop("_past"), event)
+            else:
+                fold.apply(event)
+            env.buffer.append(event)
+        if not fold.epoch:
+            fold.epoch = new_id()
+    except BaseException:
+        env.broken = True  # the fold may hold events the store will not: stop here
+        raise
 
 
 def _assign_message_ids(event: Event) -> None:
@@ -355,11 +371,20 @@ def thread_record(fold: ThreadFold) -> ThreadRecord:
                 kind=record.kind,
                 tools=tools_named_by(record.value),
                 created_at=record.created_at,
-                payload=dumps(record.value, where=f"interrupt {record.id} of thread {fold.thread_id!r}"),
+                payload=_inbox_payload(record, fold.thread_id),
             )
             for record in fold.pending.values()
         ),
     )
+
+
+def _inbox_payload(record: InterruptRecord, thread_id: str) -> bytes:
+    """The stored form of a pending interrupt's value, made once per interrupt."""
+    if record.stored is None:
+        raw = dumps(record.value, where=f"interrupt {record.id} of thread {thread_id!r}")
+        object.__setattr__(record, "stored", pack_payload(raw))  # a cache, not state
+    assert record.stored is not None
+    return record.stored
 
 
 def tools_named_by(value: Any) -> tuple[str, ...]:
@@ -579,9 +604,13 @@ class RunTasks(Effect):
         if len(self.tasks) == 1:
             await drive_async(self.tasks[0], env)
             return
-        results = await asyncio.gather(
-            *(drive_async(task, env) for task in self.tasks), return_exceptions=True
-        )
+        outer, env.lock = env.lock, asyncio.Lock()  # the tasks' appends take turns
+        try:
+            results = await asyncio.gather(
+                *(drive_async(task, env) for task in self.tasks), return_exceptions=True
+            )
+        finally:
+            env.lock = outer
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -621,6 +650,7 @@ __all__ += [
     "Persist",
     "RunTasks",
     "StoreCall",
+    "buffer",
     "normalise_model_result",
     "normalise_tool_result",
     "thread_record",

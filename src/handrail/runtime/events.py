@@ -147,23 +147,28 @@ _ZSTD_DICT = zstandard.ZstdCompressionDict(_ZDICT_V1, dict_type=zstandard.DICT_T
 _codecs = _Codecs()
 
 
-def encode_event(event: Event, thread_id: str) -> StoredEvent:
-    """Serialise an event for the store (compressing larger payloads)."""
-    payload = dumps(event.data, where=f"{event.kind} event of thread {thread_id!r}")
+def pack_payload(payload: bytes) -> bytes:
+    """Compress a stored JSON payload when that pays (larger than ``COMPRESS_OVER``)."""
     if len(payload) > COMPRESS_OVER:
         packed = _ZSTD_V1_MARK + _codecs.packer.compress(payload)
         if len(packed) < len(payload):
-            payload = packed
+            return packed
     elif len(payload) < 2048:
         # orjson's bytes keep a buffer of at least 4 KiB: hold a small payload in its own copy
-        payload = bytes(bytearray(payload))
-    return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
+        return bytes(bytearray(payload))
+    return payload
 
 
-def _unpack(payload: bytes, thread_id: str, seq: int) -> bytes:
-    """The JSON of a compressed payload, or SerializationError naming the record."""
+def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None = None) -> bytes:
+    """The JSON of a stored payload (as it is, or decompressed), or SerializationError.
+
+    ``record`` names the record in the error (``"record 12"``, ``"pending interrupt X"``).
+    """
+    marker = payload[:1]
+    if marker != _ZSTD_V1_MARK and marker != _ZDICT_V1_MARK:
+        return payload
     try:
-        if payload[:1] == _ZSTD_V1_MARK:
+        if marker == _ZSTD_V1_MARK:
             frame = payload[1:]
             size = zstandard.frame_content_size(frame)
             if not 0 <= size <= _MAX_PAYLOAD:
@@ -176,10 +181,16 @@ def _unpack(payload: bytes, thread_id: str, seq: int) -> bytes:
         return data
     except (zlib.error, zstandard.ZstdError) as exc:
         raise SerializationError(
-            f"cannot load thread {thread_id!r}, record {seq}: damaged compressed payload ({exc})",
+            f"cannot load thread {thread_id!r}, {record}: damaged compressed payload ({exc})",
             thread_id=thread_id,
             seq=seq,
         ) from None
+
+
+def encode_event(event: Event, thread_id: str) -> StoredEvent:
+    """Serialise an event for the store (compressing larger payloads)."""
+    payload = pack_payload(dumps(event.data, where=f"{event.kind} event of thread {thread_id!r}"))
+    return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
 
 
 def decode_event(stored: StoredEvent, thread_id: str) -> Event:
@@ -190,9 +201,7 @@ def decode_event(stored: StoredEvent, thread_id: str) -> Event:
             thread_id=thread_id,
             seq=stored.seq,
         )
-    payload = stored.payload
-    if payload[:1] in (_ZSTD_V1_MARK, _ZDICT_V1_MARK):
-        payload = _unpack(payload, thread_id, stored.seq)
+    payload = unpack_payload(stored.payload, thread_id, f"record {stored.seq}", stored.seq)
     data = loads(payload, thread_id=thread_id, seq=stored.seq)
     if not isinstance(data, dict):
         raise SerializationError(

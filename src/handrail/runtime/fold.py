@@ -9,7 +9,7 @@ exactly the thread that was run.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from handrail.errors import SerializationError
@@ -34,6 +34,7 @@ class InterruptRecord:
     source: str | None
     seq: int
     created_at: float
+    stored: bytes | None = field(default=None, compare=False, repr=False)  # the inbox payload, once made
 
 
 @dataclass(frozen=True, slots=True)

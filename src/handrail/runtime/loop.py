@@ -27,6 +27,7 @@ from handrail.runtime.effects import (
     Persist,
     RunTasks,
     StoreCall,
+    buffer,
     flush,
     normalise_model_result,
     normalise_tool_result,
@@ -82,7 +83,7 @@ def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
     past = yield from load(env, upto_seq=seq)
     if past.checkpoint_seq != seq:
         raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
-    yield Persist([Event("branch", {"from_seq": seq, "_past": past})])
+    buffer(env, [Event("branch", {"from_seq": seq, "_past": past})])
     return fold
 
 
@@ -121,7 +122,7 @@ def run(env: Env, request: RunRequest) -> Gen:
 def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Event]) -> Gen:
     spec = env.spec
     if events:
-        yield Persist(events)
+        buffer(env, events)
         if any(e.kind == "input" for e in events):
             env.send("values", fold.public_values())
     runtime = Runtime(
@@ -181,7 +182,7 @@ def _task(env: Env, request: RunRequest, answers: dict[int, Any], source: str | 
 
 def _finish_step(
     env: Env, fold: ThreadFold, step: str, update: Any, extra: dict[str, Any] | None = None
-) -> Gen:
+) -> None:
     data: dict[str, Any] = {"step": step, "values": None, "next": None, **(extra or {})}
     if update is not None:
         if not isinstance(update, Mapping):
@@ -205,13 +206,14 @@ def _finish_step(
                 "middleware's state_schema"
             )
         data["values"] = values or None
-    yield Persist([Event("step", data)])
+    buffer(env, [Event("step", data)])
     env.send("updates", {step: data["values"]})
     env.send("values", fold.public_values())
 
 
-def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> Gen:
-    yield Persist(
+def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> None:
+    buffer(
+        env,
         [
             Event(
                 "interrupt",
@@ -225,21 +227,21 @@ def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> Gen:
                     **({"source": signal.source} if signal.source is not None else {}),
                 },
             )
-        ]
+        ],
     )
 
 
 def _hook_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime, step: str) -> Gen:
     hook = env.spec.plan.hooks[step]
-    if hook.hook not in hook.middleware.pure_hooks:
+    if hook.hook not in hook.middleware.pure_hooks and env.buffer:
         yield flush()  # a hook may act on the world: what came before must be saved first
     task = _task(env, request, fold.answers_for(step), hook.middleware.name)
     try:
         update = yield CallHook(hook.middleware, hook.hook, fold.state_view(), runtime, task)
     except PauseSignal as signal:
-        yield from _pause(env, step, step, signal)
+        _pause(env, step, step, signal)
         return
-    yield from _finish_step(env, fold, step, update)
+    _finish_step(env, fold, step, update)
 
 
 def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime) -> Gen:
@@ -261,18 +263,19 @@ def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         return ModelResponse(result=[message])
 
     task = _task(env, request, fold.answers_for(MODEL), None)
-    yield flush()  # tool results must be saved before the model sees them
+    if env.buffer:
+        yield flush()  # tool results must be saved before the model sees them
     try:
         response = yield Chain(
             "wrap_model_call", spec.model_wrappers, model_request, innermost, task, normalise_model_result
         )
     except PauseSignal as signal:
-        yield from _pause(env, MODEL, MODEL, signal)
+        _pause(env, MODEL, MODEL, signal)
         return
     for message in response.result:
         if isinstance(message, AIMessage):
             _prepare_ai_message(message, spec.name)
-    yield from _finish_step(env, fold, MODEL, {"messages": list(response.result)})
+    _finish_step(env, fold, MODEL, {"messages": list(response.result)})
 
 
 def _prepare_ai_message(message: AIMessage, agent_name: str | None) -> None:
@@ -309,13 +312,13 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
                 name=str(call.get("name") or ""),
                 status="error",
             )
-            yield Persist([Event("tool_finished", {"message": message})])
+            buffer(env, [Event("tool_finished", {"message": message})])
             continue
         outcome = fold.outcome_answer(call_id)
         if outcome is not None:
             result = rules.outcome_result(outcome, call_id, call["name"])
             if result is not None:
-                yield Persist([Event("tool_finished", {"message": result})])
+                buffer(env, [Event("tool_finished", {"message": result})])
                 continue
         tool_call = ToolCall(name=call["name"], args=call["args"], id=call_id, type="tool_call")
         tool_runtime = ToolRuntime(
@@ -342,7 +345,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     if fold.pending:
         return
     results = [fold.task_results[call_id] for call_id in order]
-    yield Persist([Event("step", {"step": TOOLS, "values": None, "next": None})])
+    buffer(env, [Event("step", {"step": TOOLS, "values": None, "next": None})])
     env.send("updates", {TOOLS: {"messages": results}})
     env.send("values", fold.public_values())
 
@@ -359,14 +362,14 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
             normalise_tool_result,
         )
     except PauseSignal as signal:
-        yield from _pause(env, TOOLS, call_id, signal)
+        _pause(env, TOOLS, call_id, signal)
         return
     if message.tool_call_id != call_id:
         raise InvalidInputError(
             f"wrap_tool_call returned a ToolMessage for call {message.tool_call_id!r} while "
             f"running call {call_id!r}"
         )
-    yield Persist([Event("tool_finished", {"message": message})])
+    buffer(env, [Event("tool_finished", {"message": message})])
 
 
 def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
@@ -399,7 +402,10 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
     # The step's plan already holds this call (rule 9), so its start needs no commit of its
     # own; but the results of calls that finished are saved before another call can act.
     finished_before = any(event.kind == "tool_finished" for event in env.buffer)
-    yield Persist([Event("tool_started", started)], flush=finished_before)
+    if finished_before:
+        yield Persist([Event("tool_started", started)], flush=True)
+    else:
+        buffer(env, [Event("tool_started", started)])
     try:
         result = yield CallTool(tool, values, request.runtime)
     except ConfigurationError:
