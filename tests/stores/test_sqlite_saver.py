@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _stores import wait_until
@@ -16,7 +17,7 @@ from _stores import wait_until
 from handrail import AsyncSqliteSaver, SqliteSaver
 from handrail.checkpoint._records import Migration, host_identity
 from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadRecord
-from handrail.errors import ConfigurationError
+from handrail.errors import ConfigurationError, ConflictError
 
 
 def record(thread_id: str, head: int, pending: tuple[PendingReview, ...] = ()) -> ThreadRecord:
@@ -182,6 +183,65 @@ def test_one_saver_shared_by_many_python_threads(tmp_path: Path) -> None:
     assert errors == []
     for n in range(workers):
         assert [e.seq for e in saver.read(f"t{n}").events] == list(range(1, appends + 1))
+    saver.close()
+
+
+class _SlowLeader(SqliteSaver):
+    """Holds its first transaction open a moment, so the appends made meanwhile queue up."""
+
+    batches: list[int]
+
+    def _commit_batch(self, batch: list[Any]) -> None:
+        if not self.batches:
+            time.sleep(0.3)
+        self.batches.append(len(batch))
+        super()._commit_batch(batch)
+
+
+def test_appends_made_at_once_share_one_commit_and_fail_alone(tmp_path: Path) -> None:
+    """Group commit: one transaction (one fsync) for appends queued together; rule 8 per append."""
+    saver = _SlowLeader(tmp_path / "group.db")
+    saver.batches = []
+    saver.append("contested", events(1, 1), expected_seq=0, record=record("contested", 1))
+    saver.batches.clear()
+    outcomes: dict[str, str] = {}
+
+    def first() -> None:
+        saver.append("first", events(1, 1), expected_seq=0, record=record("first", 1))
+
+    def work(name: str, thread_id: str, expected: int) -> None:
+        try:
+            saver.append(
+                thread_id,
+                events(expected + 1, 1),
+                expected_seq=expected,
+                record=record(thread_id, expected + 1),
+            )
+            outcomes[name] = "ok"
+        except ConflictError:
+            outcomes[name] = "conflict"
+
+    leader = threading.Thread(target=first)
+    leader.start()
+    wait_until(lambda: saver._leading, "the first append to lead")
+    time.sleep(0.05)  # the leader is inside its slow first batch
+    others = [threading.Thread(target=work, args=(f"w{n}", f"w{n}", 0)) for n in range(5)]
+    others += [threading.Thread(target=work, args=(f"race{n}", "contested", 1)) for n in range(2)]
+    for thread in others:
+        thread.start()
+    for thread in [leader, *others]:
+        thread.join()
+    assert saver.batches[0] == 1 and sum(saver.batches) == 8 and max(saver.batches) > 1, saver.batches
+    assert sorted(outcomes.items()) == sorted(
+        {
+            **{f"w{n}": "ok" for n in range(5)},
+            **{"race0": outcomes["race0"], "race1": outcomes["race1"]},
+        }.items()
+    )
+    assert sorted([outcomes["race0"], outcomes["race1"]]) == ["conflict", "ok"]  # one wins, alone
+    assert [e.seq for e in saver.read("contested").events] == [1, 2]
+    for n in range(5):
+        assert [e.seq for e in saver.read(f"w{n}").events] == [1]
     saver.close()
 
 

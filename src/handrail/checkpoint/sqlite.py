@@ -88,6 +88,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -266,6 +267,9 @@ class _SqliteStore(BaseCheckpointSaver):
         self._shared: sqlite3.Connection | None = None
         self._shared_lock = threading.RLock()
         self._failure = threading.local()  # why a SQL function of ours failed, per thread
+        self._group_lock = threading.Lock()
+        self._group: list[_Write] = []  # appends waiting for the leader's transaction
+        self._leading = False
         if isinstance(conn, sqlite3.Connection):
             conn.isolation_level = None
             self._register_functions(conn)
@@ -478,77 +482,153 @@ class _SqliteStore(BaseCheckpointSaver):
         durable: bool = True,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
-        event_rows = [(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events]
-        metadata = encode_metadata(record.metadata, thread_id)
         pending_rows, tool_rows = _pending_rows(thread_id, record.pending)
+        write = _Write(
+            thread_id=thread_id,
+            event_rows=[(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events],
+            expected_seq=expected_seq,
+            record=record,
+            metadata=encode_metadata(record.metadata, thread_id),
+            pending_rows=pending_rows,
+            tool_rows=tool_rows,
+            claim=claim,
+            release=release,
+            durable=durable,
+        )
         if release is not None:
             with self._runs_lock:
                 released = (thread_id, release) in self._claimed
                 self._claimed.discard((thread_id, release))
         try:
-            with self._transaction(write=True, durable=durable) as conn:
-                row = conn.execute(
-                    "SELECT head_seq, epoch, pending_count FROM threads WHERE thread_id = ?", (thread_id,)
-                ).fetchone()
-                head = row[0] if row is not None else 0
-                if head != expected_seq:
-                    raise conflict(thread_id, expected_seq, head)
-                if row is not None and expected_seq > 0 and row[1] != record.epoch:
-                    raise epoch_conflict(thread_id)
-                try:
-                    conn.executemany(
-                        "INSERT INTO events (thread_id, seq, kind, created_at, payload) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        event_rows,
-                    )
-                except sqlite3.IntegrityError:
-                    raise conflict(thread_id, expected_seq, None) from None
-                values = (
-                    record.head_seq,
-                    record.status,
-                    record.epoch,
-                    record.created_at,
-                    record.updated_at,
-                    metadata,
-                    len(record.pending),
-                    thread_id,
-                )
-                if row is None:
-                    conn.execute(
-                        "INSERT INTO threads (head_seq, status, epoch, created_at, updated_at, metadata, "
-                        "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        values,
-                    )
-                else:
-                    conn.execute(
-                        "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
-                        "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?",
-                        values,
-                    )
-                    if row[2]:
-                        conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
-                        conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
-                if pending_rows:
-                    conn.executemany(
-                        "INSERT INTO pending (thread_id, interrupt_id, position, kind, tools, created_at, "
-                        "payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        pending_rows,
-                    )
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO pending_tools (tool, created_at, thread_id, interrupt_id) "
-                        "VALUES (?, ?, ?, ?)",
-                        tool_rows,
-                    )
-                renewed = self._claim(conn, thread_id, claim) if claim is not None else None
-                if release is not None:
-                    conn.execute("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, release))
+            self._commit_together(write)
         except BaseException:
             if release is not None and released:
                 with self._runs_lock:
                     self._claimed.add((thread_id, release))
             raise
         if claim is not None and claim != release:
-            self._claimed_now(thread_id, claim, renewed)
+            self._claimed_now(thread_id, claim, write.renewed)
+
+    # Group commit -------------------------------------------------------------------------
+    def _commit_together(self, write: _Write) -> None:
+        """Commit ``write``, in one transaction with the appends of other threads waiting.
+
+        SQLite has one writer at a time and a durable commit costs an fsync, so appends
+        made at the same moment (the threads of a server, the worker threads of
+        :class:`AsyncSqliteSaver`) share a transaction: the first caller *leads*, takes
+        every append queued meanwhile and commits them together, each under its own
+        savepoint (an append that conflicts is rolled back alone and raises in its own
+        caller); then it hands the lead to the next caller in the queue. Alone, an
+        append is simply its own transaction.
+        """
+        with self._group_lock:
+            self._group.append(write)
+            leader = not self._leading
+            self._leading = True
+        if not leader:
+            write.turn.wait()  # done by a leader, or asked to lead
+            if not write.done:
+                self._lead()
+        else:
+            self._lead()
+        if write.error is not None:
+            raise write.error
+
+    def _lead(self) -> None:
+        with self._group_lock:
+            batch, self._group = self._group, []
+        try:
+            self._commit_batch(batch)
+        finally:
+            for write in batch:
+                write.done = True
+                write.turn.set()
+            with self._group_lock:
+                if self._group:
+                    self._group[0].turn.set()  # the next waiting caller leads
+                else:
+                    self._leading = False
+
+    def _commit_batch(self, batch: list[_Write]) -> None:
+        durable = any(write.durable for write in batch)
+        try:
+            with self._transaction(write=True, durable=durable) as conn:
+                if len(batch) == 1:
+                    batch[0].renewed = self._apply(conn, batch[0])
+                    return
+                for write in batch:
+                    conn.execute("SAVEPOINT handrail_append")
+                    try:
+                        write.renewed = self._apply(conn, write)
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO handrail_append")
+                        write.error = exc
+                    conn.execute("RELEASE handrail_append")
+        except BaseException as exc:
+            for write in batch:
+                if write.error is None:
+                    write.error = exc
+            if len(batch) == 1 or not isinstance(exc, Exception):
+                raise
+
+    def _apply(self, conn: sqlite3.Connection, write: _Write) -> tuple[str, float] | None:
+        """One append inside the open write transaction (see :meth:`append`)."""
+        thread_id, expected_seq, record = write.thread_id, write.expected_seq, write.record
+        row = conn.execute(
+            "SELECT head_seq, epoch, pending_count FROM threads WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        head = row[0] if row is not None else 0
+        if head != expected_seq:
+            raise conflict(thread_id, expected_seq, head)
+        if row is not None and expected_seq > 0 and row[1] != record.epoch:
+            raise epoch_conflict(thread_id)
+        try:
+            conn.executemany(
+                "INSERT INTO events (thread_id, seq, kind, created_at, payload) VALUES (?, ?, ?, ?, ?)",
+                write.event_rows,
+            )
+        except sqlite3.IntegrityError:
+            raise conflict(thread_id, expected_seq, None) from None
+        values = (
+            record.head_seq,
+            record.status,
+            record.epoch,
+            record.created_at,
+            record.updated_at,
+            write.metadata,
+            len(record.pending),
+            thread_id,
+        )
+        if row is None:
+            conn.execute(
+                "INSERT INTO threads (head_seq, status, epoch, created_at, updated_at, metadata, "
+                "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+        else:
+            conn.execute(
+                "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
+                "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?",
+                values,
+            )
+            if row[2]:
+                conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
+                conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
+        if write.pending_rows:
+            conn.executemany(
+                "INSERT INTO pending (thread_id, interrupt_id, position, kind, tools, created_at, "
+                "payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                write.pending_rows,
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO pending_tools (tool, created_at, thread_id, interrupt_id) "
+                "VALUES (?, ?, ?, ?)",
+                write.tool_rows,
+            )
+        renewed = self._claim(conn, thread_id, write.claim) if write.claim is not None else None
+        if write.release is not None:
+            conn.execute("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, write.release))
+        return renewed
 
     def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
         sql = "SELECT seq, kind, created_at, payload FROM events WHERE thread_id = ? AND seq > ?"
@@ -778,6 +858,26 @@ class _SqliteStore(BaseCheckpointSaver):
             ):
                 pending.setdefault(row[0], []).append(pending_from_row(*row))
         return [_record(row, pending.get(row[0], ())) for row in rows]
+
+
+@dataclass(slots=True, eq=False)
+class _Write:
+    """One append waiting for its group's transaction (see ``_commit_together``)."""
+
+    thread_id: str
+    event_rows: list[tuple[Any, ...]]
+    expected_seq: int
+    record: ThreadRecord
+    metadata: bytes
+    pending_rows: list[tuple[Any, ...]]
+    tool_rows: list[tuple[Any, ...]]
+    claim: str | None
+    release: str | None
+    durable: bool
+    turn: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    error: BaseException | None = None
+    renewed: tuple[str, float] | None = None
 
 
 class _Connection(sqlite3.Connection):
