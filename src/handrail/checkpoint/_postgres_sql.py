@@ -99,6 +99,24 @@ _INDEXED_SQL = (
 _BITS = "('x' || encode(float8send(p_at + 0.0), 'hex'))::bit(64)::bigint"
 
 
+# An append lists up to _LISTED_EVENTS events, and _LISTED_REVIEWS pending reviews, in
+# VALUES, one parameter per field: psycopg dumps a scalar in C but an array through its
+# Python list dumper (several times slower), and the server reads VALUES rows without
+# unpacking arrays. Longer batches (rare) come in arrays, so that appends have few shapes
+# of SQL (each one is prepared and planned apart, on each connection). psycopg parses a
+# statement once, and caches it, only if it has at most _CACHED_PARAMS parameters (and
+# fewer than 4096 bytes): parsing it on every call costs more than dumping the arrays.
+# Listed events always fit (9 parameters, 4 for a claim and release, 4 per event); the
+# reviews are listed only if they fit too.
+_LISTED_EVENTS = 8
+_LISTED_REVIEWS = 4
+_CACHED_PARAMS = 50
+_IN_ARRAYS = -1  # an append's shape: its events (or reviews) in arrays, however many
+_EVENT_KEYS = tuple((f"e{n}s", f"e{n}k", f"e{n}t", f"e{n}p") for n in range(_LISTED_EVENTS))
+_REVIEW_FIELDS = 6  # interrupt id, kind, tools, created_at, payload, page key
+_REVIEW_KEYS = tuple(tuple(f"r{n}{field}" for field in "iklapg") for n in range(_LISTED_REVIEWS))
+
+
 def _migrations(p: str) -> tuple[Migration, ...]:
     """The schema, version by version; ``p`` is the table prefix (schema and ``handrail_``)."""
     return (
@@ -271,7 +289,7 @@ class Queries:
             f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
-        self._append_sql: dict[tuple[bool, bool, bool, int, bool], str] = {}
+        self._append_sql: dict[tuple[bool, int, int, int, bool], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
             f"(SELECT CASE WHEN {_alive('%(owner)s::bigint')} THEN true "
@@ -364,41 +382,61 @@ class Queries:
             "metadata": encode_metadata(record.metadata, thread_id).decode(),
             "count": len(record.pending),
         }
-        if events:
-            params.update(
-                seqs=[e.seq for e in events],
-                kinds=[e.kind for e in events],
-                times=[e.created_at for e in events],
-                payloads=[e.payload for e in events],
-            )
-        if record.pending:
-            params.update(
-                ids=[r.interrupt_id for r in record.pending],
-                review_kinds=[r.kind for r in record.pending],
-                tools=[orjson.dumps(encode_tools(r.tools)).decode() for r in record.pending],
-                review_times=[r.created_at for r in record.pending],
-                review_payloads=[r.payload for r in record.pending],
-                review_keys=[page_key(r.created_at, thread_id, r.interrupt_id) for r in record.pending],
-            )
         claiming = 0  # 1: claim a run, 2: claim and release the same run
         if claim is not None:
             params.update(claim=claim[0], owner=claim[1], now=time.time())
             claiming = 2 if claim[0] == release else 1
         if release is not None:
             params["release"] = release
-        flags = (
+        listed_events = len(events) if len(events) <= _LISTED_EVENTS else _IN_ARRAYS
+        if listed_events != _IN_ARRAYS:
+            for (seq, kind, at, payload), event in zip(_EVENT_KEYS, events, strict=False):
+                params[seq] = event.seq
+                params[kind] = event.kind
+                params[at] = event.created_at
+                params[payload] = event.payload
+        else:
+            params.update(
+                seqs=[e.seq for e in events],
+                kinds=[e.kind for e in events],
+                times=[e.created_at for e in events],
+                payloads=[e.payload for e in events],
+            )
+        reviews = record.pending
+        listed_reviews = len(reviews)  # or in arrays, past psycopg's cache (see _CACHED_PARAMS)
+        if len(reviews) > _LISTED_REVIEWS or len(params) + _REVIEW_FIELDS * len(reviews) > _CACHED_PARAMS:
+            listed_reviews = _IN_ARRAYS
+            params.update(
+                ids=[r.interrupt_id for r in reviews],
+                review_kinds=[r.kind for r in reviews],
+                tools=[orjson.dumps(encode_tools(r.tools)).decode() for r in reviews],
+                review_times=[r.created_at for r in reviews],
+                review_payloads=[r.payload for r in reviews],
+                review_keys=[page_key(r.created_at, thread_id, r.interrupt_id) for r in reviews],
+            )
+        else:
+            for (interrupt, kind, tools, at, payload, key), review in zip(
+                _REVIEW_KEYS, reviews, strict=False
+            ):
+                params[interrupt] = review.interrupt_id
+                params[kind] = review.kind
+                params[tools] = orjson.dumps(encode_tools(review.tools)).decode()
+                params[at] = review.created_at
+                params[payload] = review.payload
+                params[key] = page_key(review.created_at, thread_id, review.interrupt_id)
+        shape = (
             expected_seq == 0,
-            bool(events),
-            bool(record.pending),
+            listed_events,
+            listed_reviews,
             claiming + 3 * (release is not None),
             durable,
         )
-        sql = self._append_sql.get(flags)
+        sql = self._append_sql.get(shape)
         if sql is None:
-            sql = self._append_sql[flags] = self._build_append(
+            sql = self._append_sql[shape] = self._build_append(
                 new=expected_seq == 0,
-                events=bool(events),
-                pending=bool(record.pending),
+                events=listed_events,
+                pending=listed_reviews,
                 claim=claiming,
                 release=release is not None,
                 durable=durable,
@@ -406,7 +444,7 @@ class Queries:
         yield [Query(sql, params)]
 
     def _build_append(
-        self, *, new: bool, events: bool, pending: bool, claim: int, release: bool, durable: bool = True
+        self, *, new: bool, events: int, pending: int, claim: int, release: bool, durable: bool = True
     ) -> str:
         """The SQL of an append: data-modifying CTEs, each done only if the head moved.
 
@@ -414,61 +452,103 @@ class Queries:
         if the head did not move, the main query calls ``handrail_conflict()``, which
         raises, and the statement saves nothing. Old pending rows are deleted before
         the new ones are inserted (a CTE that reads another waits for it to finish).
+        ``events`` and ``pending`` are how many rows are listed in VALUES (0: none), or
+        ``_IN_ARRAYS``: any number, in array parameters.
         """
         p = self.prefix
         row = (
             "head_seq = %(head)s, status = %(status)s, created_at = %(created)s, updated_at = %(updated)s, "
             "metadata = %(metadata)s::jsonb, pending_count = %(count)s"
         )
+        returned = "metadata" if pending else "1"  # tagged reads it; others only look for a row
         if new:  # a new thread, or one still at event 0
             moved = (
                 f"INSERT INTO {self.threads} AS t (thread_id, epoch, head_seq, status, created_at, "
                 "updated_at, metadata, pending_count) VALUES (%(thread)s, %(epoch)s, %(head)s, %(status)s, "
                 "%(created)s, %(updated)s, %(metadata)s::jsonb, %(count)s) ON CONFLICT (thread_id) DO UPDATE "
-                f"SET epoch = excluded.epoch, {row} WHERE t.head_seq = 0 RETURNING t.metadata"
+                f"SET epoch = excluded.epoch, {row} WHERE t.head_seq = 0 RETURNING {returned}"
             )
         else:
             moved = (
                 f"UPDATE {self.threads} SET {row} WHERE thread_id = %(thread)s AND head_seq = %(expected)s "
-                "AND epoch = %(epoch)s RETURNING metadata"
+                f"AND epoch = %(epoch)s RETURNING {returned}"
             )
         go = "EXISTS (SELECT FROM moved)"
+        # A review's tool and metadata rows come and go with its pending row, so a thread
+        # that had no pending row has none of those either: most appends (no review was
+        # pending) skip two index scans, which would find only the dead entries of past
+        # reviews (until a vacuum).
+        had = "EXISTS (SELECT FROM cleared)"
         ctes = [
             f"moved AS ({moved})",
             f"cleared AS (DELETE FROM {self.pending} WHERE thread_id = %(thread)s AND {go} RETURNING 1)",
-            f"cleared_tools AS (DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {go} "
+            f"cleared_tools AS (DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {had} "
             "RETURNING 1)",
             f"cleared_metadata AS (DELETE FROM {self.pending_metadata} WHERE thread_id = %(thread)s "
-            f"AND {go} RETURNING 1)",
+            f"AND {had} RETURNING 1)",
         ]
         if events:
+            if events == _IN_ARRAYS:
+                source = (
+                    "unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(times)s::double precision[], "
+                    "%(payloads)b::bytea[])"
+                )
+            else:
+                source = _values(
+                    [
+                        (f"%({seq})s", f"%({kind})s", f"%({at})s", f"%({payload})b")
+                        for seq, kind, at, payload in _EVENT_KEYS[:events]
+                    ],
+                    ("bigint", "text", "double precision", "bytea"),
+                )
             ctes.append(
                 f"logged AS (INSERT INTO {self.events} (thread_id, seq, kind, created_at, payload) "
-                "SELECT %(thread)s, e.* FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], "
-                f"%(times)s::double precision[], %(payloads)b::bytea[]) AS e WHERE {go})"
+                f"SELECT %(thread)s, e.* FROM {source} AS e WHERE {go})"
             )
         if pending:
-            keyed = (  # each added review with its page key
-                "added AS a JOIN unnest(%(ids)s::text[], %(review_keys)b::bytea[]) "
-                "AS k (interrupt_id, page_key) ON k.interrupt_id = a.interrupt_id"
-            )
+            if pending == _IN_ARRAYS:
+                reviews = (
+                    "unnest(%(ids)s::text[], %(review_kinds)s::text[], %(tools)s::jsonb[], "
+                    "%(review_times)s::double precision[], %(review_payloads)b::bytea[]) WITH ORDINALITY"
+                )
+                keys = "unnest(%(ids)s::text[], %(review_keys)b::bytea[])"
+            else:
+                listed = _REVIEW_KEYS[:pending]
+                reviews = _values(  # and each one's position, counted from 1 as ORDINALITY does
+                    [
+                        (
+                            f"%({interrupt})s",
+                            f"%({kind})s",
+                            f"%({tools})s",
+                            f"%({at})s",
+                            f"%({payload})b",
+                            str(n),
+                        )
+                        for n, (interrupt, kind, tools, at, payload, _) in enumerate(listed, start=1)
+                    ],
+                    ("text", "text", "jsonb", "double precision", "bytea", "bigint"),
+                )
+                keys = _values(
+                    [(f"%({fields[0]})s", f"%({fields[5]})b") for fields in listed], ("text", "bytea")
+                )
             ctes += [
                 f"added AS (INSERT INTO {self.pending} (thread_id, interrupt_id, position, kind, tools, "
                 "created_at, payload) SELECT %(thread)s, r.interrupt_id, r.n - 1, r.kind, "
                 "ARRAY(SELECT jsonb_array_elements_text(r.tools)), r.created_at, r.payload "
-                "FROM unnest(%(ids)s::text[], %(review_kinds)s::text[], %(tools)s::jsonb[], "
-                "%(review_times)s::double precision[], %(review_payloads)b::bytea[]) WITH ORDINALITY "
-                "AS r (interrupt_id, kind, tools, created_at, payload, n) "
+                f"FROM {reviews} AS r (interrupt_id, kind, tools, created_at, payload, n) "
                 f"WHERE (SELECT count(*) FROM cleared) >= 0 AND {go} "
                 "RETURNING id, interrupt_id, tools, created_at)",
+                # each added review with its page key (read twice, so computed once)
+                "keyed AS (SELECT a.*, k.page_key FROM added AS a "
+                f"JOIN {keys} AS k (interrupt_id, page_key) ON k.interrupt_id = a.interrupt_id)",
                 f"tooled AS (INSERT INTO {self.pending_tools} "
                 "(tool, created_at, thread_id, interrupt_id, pending_id, page_key) "
-                "SELECT DISTINCT t.tool, a.created_at, %(thread)s, a.interrupt_id, a.id, k.page_key "
-                f"FROM {keyed} CROSS JOIN unnest(a.tools) AS t (tool) "
+                "SELECT DISTINCT t.tool, a.created_at, %(thread)s, a.interrupt_id, a.id, a.page_key "
+                "FROM keyed AS a CROSS JOIN unnest(a.tools) AS t (tool) "
                 "WHERE (SELECT count(*) FROM cleared_tools) >= 0)",
                 f"tagged AS (INSERT INTO {self.pending_metadata} "
                 "(key, value, page_key, thread_id, pending_id) "
-                f"SELECT e.key, e.value, k.page_key, %(thread)s, a.id FROM {keyed} CROSS JOIN moved AS m "
+                "SELECT e.key, e.value, a.page_key, %(thread)s, a.id FROM keyed AS a CROSS JOIN moved AS m "
                 f"CROSS JOIN jsonb_each(m.metadata) AS e WHERE {_INDEXED_SQL} "
                 "AND (SELECT count(*) FROM cleared_metadata) >= 0)",
             ]
@@ -729,6 +809,17 @@ def _alive(key: str) -> str:
         f"AND l.classid::bigint = ({key} >> 32) "
         f"AND l.objid::bigint = ({key} & 4294967295))"
     )
+
+
+def _values(rows: Sequence[Sequence[str]], types: Sequence[str]) -> str:
+    """A VALUES list of SQL expressions (parameters), the first row's cast to ``types``.
+
+    The other rows need no casts: a VALUES list gives a column the first row's type.
+    """
+    first, *rest = rows
+    listed = [", ".join(f"{field}::{kind}" for field, kind in zip(first, types, strict=True))]
+    listed += [", ".join(row) for row in rest]
+    return "(VALUES (" + "), (".join(listed) + "))"
 
 
 def page_key(created_at: float, thread_id: str, interrupt_id: str) -> bytes:
