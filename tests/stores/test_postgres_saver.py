@@ -263,25 +263,38 @@ def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any)
     if psycopg.pq.version() < 140000:
         pytest.skip("libpq before 14 writes another trace format")
     ask = PendingReview("i1", "interrupt", ("write_file",), 5.0, b"{}")
-    paused = ThreadRecord("t", 3, "interrupted", "e", 1.0, 2.0, {"team": "a"}, (ask,))
+
+    def paused(thread_id: str) -> ThreadRecord:
+        return ThreadRecord(thread_id, 3, "interrupted", "e", 1.0, 2.0, {"team": "a"}, (ask,))
+
     with psycopg.connect(postgres, autocommit=True) as conn:
         saver = PostgresSaver(conn, schema=schema)
         saver.setup()
         saver.claim_run("warm-up", "r")  # takes the liveness lock, once
         trace = str(tmp_path / "trace")
+
+        def appends(t: str) -> dict[str, Any]:
+            return {
+                "append, new thread": lambda: saver.append(
+                    t, events(1, 2), expected_seq=0, record=record(t, 2)
+                ),
+                "append with a claim and a pause": lambda: saver.append(
+                    t, events(3, 1), expected_seq=2, record=paused(t), claim=f"{t}-r1"
+                ),
+                "append with a release": lambda: saver.append(
+                    t, events(4, 1), expected_seq=3, record=record(t, 4), release=f"{t}-r1"
+                ),
+                "append, relaxed": lambda: saver.append(
+                    t, events(5, 1), expected_seq=4, record=record(t, 5), durable=False
+                ),
+            }
+
+        # Appends are prepared statements: the first of each shape on a connection also
+        # prepares it (one more round trip, once); every later one is a single round trip.
+        first = {name: _round_trips(conn, trace, call) for name, call in appends("w").items()}
+        assert first == dict.fromkeys(first, 2)
         calls = {
-            "append, new thread": lambda: saver.append(
-                "t", events(1, 2), expected_seq=0, record=record("t", 2)
-            ),
-            "append with a claim and a pause": lambda: saver.append(
-                "t", events(3, 1), expected_seq=2, record=paused, claim="r1"
-            ),
-            "append with a release": lambda: saver.append(
-                "t", events(4, 1), expected_seq=3, record=record("t", 4), release="r1"
-            ),
-            "append, relaxed": lambda: saver.append(
-                "t", events(5, 1), expected_seq=4, record=record("t", 5), durable=False
-            ),
+            **appends("t"),
             "read": lambda: saver.read("t"),
             "get_thread": lambda: saver.get_thread("t"),
             "list_threads": lambda: saver.list_threads(ThreadFilter(metadata={"team": "a"})),

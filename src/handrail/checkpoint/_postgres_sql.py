@@ -255,6 +255,9 @@ def _bare(prefix: str) -> str:
 class Query:
     sql: str
     params: Sequence[Any] | Mapping[str, Any] | None = ()  # None: ``%`` is literal (migrations)
+    # True: a server-side prepared statement from its first use (psycopg waits for the
+    # fifth by default), for the statements every run makes over and over: appends
+    prepare: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,7 +444,7 @@ class Queries:
                 release=release is not None,
                 durable=durable,
             )
-        yield [Query(sql, params)]
+        yield [Query(sql, params, prepare=True)]
 
     def _build_append(
         self, *, new: bool, events: int, pending: int, claim: int, release: bool, durable: bool = True

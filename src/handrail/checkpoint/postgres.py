@@ -128,7 +128,7 @@ def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
                 value: T = stop.value
                 break
             if len(batch) == 1:  # the usual case: no pipeline needed for one statement
-                cursors = [conn.execute(batch[0].sql, batch[0].params)]
+                cursors = [conn.execute(batch[0].sql, batch[0].params, prepare=batch[0].prepare)]
             else:
                 with conn.pipeline():
                     cursors = [conn.execute(query.sql, query.params) for query in batch]
@@ -160,7 +160,7 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
                 value: T = stop.value
                 break
             if len(batch) == 1:
-                cursors = [await conn.execute(batch[0].sql, batch[0].params)]
+                cursors = [await conn.execute(batch[0].sql, batch[0].params, prepare=batch[0].prepare)]
             else:
                 async with conn.pipeline():
                     cursors = [await conn.execute(query.sql, query.params) for query in batch]
