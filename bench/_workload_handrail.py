@@ -166,7 +166,11 @@ class Handrail:
         return list(agent.get_state(_config(thread_id)).values["messages"])
 
     def count_calls(self, saver: Any) -> Counter[str]:
-        """Count the saver's sync calls: ``write:NAME`` (one commit each) and ``read:NAME``."""
+        """Count the saver's sync calls: ``write:NAME`` (one commit each) and ``read:NAME``.
+
+        Appends made with ``durable=False`` (committed without an fsync) count as
+        ``write:append (no fsync)``.
+        """
         counter: Counter[str] = Counter()
         for kind, names in (("write", _WRITES), ("read", _READS)):
             for name in names:
@@ -175,7 +179,8 @@ class Handrail:
                 def counted(
                     *args: Any, _original: Any = original, _key: str = f"{kind}:{name}", **kw: Any
                 ) -> Any:
-                    counter[_key] += 1
+                    # an append that need not wait for the disk (no fsync) is counted apart
+                    counter[_key if kw.get("durable", True) else f"{_key} (no fsync)"] += 1
                     return _original(*args, **kw)
 
                 setattr(saver, name, counted)

@@ -207,6 +207,10 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
                     "calls_per_cycle": {k: v / c["cycles"] for k, v in sorted(c["calls"].items())},
                     "writes_per_cycle": sum(v for k, v in c["calls"].items() if k.startswith("write:"))
                     / c["cycles"],
+                    "durable_writes_per_cycle": sum(
+                        v for k, v in c["calls"].items() if k.startswith("write:") and "no fsync" not in k
+                    )
+                    / c["cycles"],
                     "wal_syncs_per_cycle": c["wal_syncs"] / c["cycles"] if "wal_syncs" in c else None,
                 }
     for row in raw["memory"]:
@@ -490,6 +494,7 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                     backend,
                     LABEL[system],
                     f"{c['writes_per_cycle']:.2f}",
+                    f"{c.get('durable_writes_per_cycle', c['writes_per_cycle']):.2f}",
                     calls,
                     f"{c['wal_syncs_per_cycle']:.2f}" if c["wal_syncs_per_cycle"] is not None else "-",
                     _ms(s["median"]) if s else "-",
@@ -511,6 +516,7 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                     "backend",
                     "system",
                     "saver writes / cycle",
+                    "durable (fsync) / cycle",
                     "by call",
                     "WAL fsyncs / cycle",
                     "cycle median ms",

@@ -88,7 +88,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -525,7 +525,10 @@ class _SqliteStore(BaseCheckpointSaver):
             self._group.append(write)
             leader = not self._leading
             self._leading = True
+            if not leader:
+                write.turn = threading.Event()
         if not leader:
+            assert write.turn is not None
             write.turn.wait()  # done by a leader, or asked to lead
             if not write.done:
                 self._lead()
@@ -540,12 +543,15 @@ class _SqliteStore(BaseCheckpointSaver):
         try:
             self._commit_batch(batch)
         finally:
-            for write in batch:
-                write.done = True
-                write.turn.set()
             with self._group_lock:
+                for write in batch:
+                    write.done = True
+                    if write.turn is not None:
+                        write.turn.set()
                 if self._group:
-                    self._group[0].turn.set()  # the next waiting caller leads
+                    turn = self._group[0].turn
+                    assert turn is not None  # it queued behind a leader: it waits on its turn
+                    turn.set()  # the next waiting caller leads
                 else:
                     self._leading = False
 
@@ -874,7 +880,7 @@ class _Write:
     claim: str | None
     release: str | None
     durable: bool
-    turn: threading.Event = field(default_factory=threading.Event)
+    turn: threading.Event | None = None  # made only for a caller that waits for a leader
     done: bool = False
     error: BaseException | None = None
     renewed: tuple[str, float] | None = None
