@@ -245,6 +245,49 @@ def test_appends_made_at_once_share_one_commit_and_fail_alone(tmp_path: Path) ->
     saver.close()
 
 
+class _SlowAsyncLeader(AsyncSqliteSaver):
+    batches: list[int]
+
+    def _commit_batch(self, batch: list[Any]) -> None:
+        if not self.batches:
+            time.sleep(0.3)
+        self.batches.append(len(batch))
+        super()._commit_batch(batch)
+
+
+async def test_concurrent_async_appends_share_commits_and_fail_alone(tmp_path: Path) -> None:
+    """aappend queues for the group commit; one conflicting append fails, the others land."""
+    import asyncio
+
+    saver = _SlowAsyncLeader(tmp_path / "agroup.db")
+    saver.batches = []
+    await saver.aappend("contested", events(1, 1), expected_seq=0, record=record("contested", 1))
+    saver.batches.clear()
+
+    async def append(thread_id: str, expected: int) -> str:
+        try:
+            await saver.aappend(
+                thread_id,
+                events(expected + 1, 1),
+                expected_seq=expected,
+                record=record(thread_id, expected + 1),
+            )
+            return "ok"
+        except ConflictError:
+            return "conflict"
+
+    first = asyncio.ensure_future(append("first", 0))
+    await asyncio.sleep(0.05)  # the first batch is being committed, slowly
+    outcomes = await asyncio.gather(
+        *(append(f"w{n}", 0) for n in range(5)), append("contested", 1), append("contested", 1)
+    )
+    assert await first == "ok"
+    assert outcomes[:5] == ["ok"] * 5 and sorted(outcomes[5:]) == ["conflict", "ok"]
+    assert saver.batches[0] == 1 and sum(saver.batches) == 8 and max(saver.batches) > 1, saver.batches
+    assert [e.seq for e in (await saver.aread("contested")).events] == [1, 2]
+    await saver.aclose()
+
+
 async def test_async_saver_as_an_async_context_manager(tmp_path: Path) -> None:
     async with AsyncSqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
         await saver.setup()

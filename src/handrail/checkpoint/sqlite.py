@@ -481,9 +481,62 @@ class _SqliteStore(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
     ) -> None:
+        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable)
+        released = self._forget_release(write)
+        try:
+            self._commit_together(write)
+        except BaseException:
+            self._restore_release(write, released)
+            raise
+        self._claimed_after(write)
+
+    async def aappend(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
+        durable: bool = True,
+    ) -> None:
+        """Queue the append for the group commit and wait for it without a thread of its own.
+
+        One worker thread leads while appends keep coming, so concurrent runs share
+        both the transaction (one fsync) and the hop to a thread (see
+        :meth:`_commit_together`).
+        """
+        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable)
+        loop = asyncio.get_running_loop()
+        write.loop, write.future = loop, loop.create_future()
+        released = self._forget_release(write)
+        with self._group_lock:
+            self._group.append(write)
+            lead = not self._leading
+            self._leading = True
+        if lead:
+            loop.run_in_executor(None, self._lead, True)
+        try:
+            await write.future
+        except BaseException:
+            self._restore_release(write, released)
+            raise
+        self._claimed_after(write)
+
+    def _write_of(
+        self,
+        thread_id: str,
+        events: Sequence[StoredEvent],
+        expected_seq: int,
+        record: ThreadRecord,
+        claim: str | None,
+        release: str | None,
+        durable: bool,
+    ) -> _Write:
         check_append(thread_id, events, expected_seq, record)
         pending_rows, tool_rows = _pending_rows(thread_id, record.pending)
-        write = _Write(
+        return _Write(
             thread_id=thread_id,
             event_rows=[(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events],
             expected_seq=expected_seq,
@@ -495,31 +548,39 @@ class _SqliteStore(BaseCheckpointSaver):
             release=release,
             durable=durable,
         )
-        if release is not None:
+
+    def _forget_release(self, write: _Write) -> bool:
+        """Stop renewing a run this append releases; whether it was ours to renew."""
+        if write.release is None:
+            return False
+        with self._runs_lock:
+            key = (write.thread_id, write.release)
+            released = key in self._claimed
+            self._claimed.discard(key)
+        return released
+
+    def _restore_release(self, write: _Write, released: bool) -> None:
+        if write.release is not None and released:
             with self._runs_lock:
-                released = (thread_id, release) in self._claimed
-                self._claimed.discard((thread_id, release))
-        try:
-            self._commit_together(write)
-        except BaseException:
-            if release is not None and released:
-                with self._runs_lock:
-                    self._claimed.add((thread_id, release))
-            raise
-        if claim is not None and claim != release:
-            self._claimed_now(thread_id, claim, write.renewed)
+                self._claimed.add((write.thread_id, write.release))
+
+    def _claimed_after(self, write: _Write) -> None:
+        if write.claim is not None and write.claim != write.release:
+            self._claimed_now(write.thread_id, write.claim, write.renewed)
 
     # Group commit -------------------------------------------------------------------------
     def _commit_together(self, write: _Write) -> None:
         """Commit ``write``, in one transaction with the appends of other threads waiting.
 
         SQLite has one writer at a time and a durable commit costs an fsync, so appends
-        made at the same moment (the threads of a server, the worker threads of
-        :class:`AsyncSqliteSaver`) share a transaction: the first caller *leads*, takes
-        every append queued meanwhile and commits them together, each under its own
-        savepoint (an append that conflicts is rolled back alone and raises in its own
-        caller); then it hands the lead to the next caller in the queue. Alone, an
-        append is simply its own transaction.
+        made at the same moment (the threads of a server, the concurrent runs of an
+        event loop) share a transaction: the first caller *leads*, takes every append
+        queued meanwhile and commits them together, each under its own savepoint (an
+        append that conflicts is rolled back alone and raises in its own caller); then
+        it hands the lead to the next caller in the queue. Alone, an append is simply
+        its own transaction. :meth:`aappend` queues the same way, without a thread of
+        its own: the first one starts a worker thread that leads until the queue is
+        empty.
         """
         with self._group_lock:
             self._group.append(write)
@@ -537,25 +598,45 @@ class _SqliteStore(BaseCheckpointSaver):
         if write.error is not None:
             raise write.error
 
-    def _lead(self) -> None:
-        with self._group_lock:
-            batch, self._group = self._group, []
-        try:
-            self._commit_batch(batch)
-        finally:
+    def _lead(self, until_empty: bool = False) -> None:
+        """Commit the queued appends, batch after batch, then pass the lead on or end it.
+
+        A sync caller hands the lead to the next sync caller in the queue; appends of
+        async callers have no thread waiting, so the leader goes on with them itself
+        (``until_empty``: the worker thread :meth:`aappend` started always does).
+        """
+        while True:
+            with self._group_lock:
+                batch, self._group = self._group, []
+            try:
+                self._commit_batch(batch)  # an append's error is kept on it, for its caller
+            except BaseException as exc:  # KeyboardInterrupt and the like: fail what waits
+                with self._group_lock:
+                    waiting, self._group = batch + self._group, []
+                    self._leading = False
+                    for write in waiting:
+                        write.error = write.error or exc
+                        write.done = True
+                        if write.turn is not None:
+                            write.turn.set()
+                    _resolve_futures(waiting)
+                raise
             with self._group_lock:
                 for write in batch:
                     write.done = True
                     if write.turn is not None:
                         write.turn.set()
-                if self._group:
-                    turn = self._group[0].turn
-                    assert turn is not None  # it queued behind a leader: it waits on its turn
-                    turn.set()  # the next waiting caller leads
-                else:
+                _resolve_futures(batch)
+                if not self._group:
                     self._leading = False
+                    return
+                if self._group[0].turn is not None and not until_empty:
+                    self._group[0].turn.set()  # the next waiting caller leads
+                    return
+                # appends of async callers are next: nobody else would commit them
 
     def _commit_batch(self, batch: list[_Write]) -> None:
+        """One transaction for ``batch``; each append's error is left on it (``write.error``)."""
         durable = any(write.durable for write in batch)
         try:
             with self._transaction(write=True, durable=durable) as conn:
@@ -570,12 +651,10 @@ class _SqliteStore(BaseCheckpointSaver):
                         conn.execute("ROLLBACK TO handrail_append")
                         write.error = exc
                     conn.execute("RELEASE handrail_append")
-        except BaseException as exc:
+        except Exception as exc:  # the transaction failed: nothing of the batch was saved
             for write in batch:
                 if write.error is None:
                     write.error = exc
-            if len(batch) == 1 or not isinstance(exc, Exception):
-                raise
 
     def _apply(self, conn: sqlite3.Connection, write: _Write) -> tuple[str, float] | None:
         """One append inside the open write transaction (see :meth:`append`)."""
@@ -881,9 +960,35 @@ class _Write:
     release: str | None
     durable: bool
     turn: threading.Event | None = None  # made only for a caller that waits for a leader
+    loop: asyncio.AbstractEventLoop | None = None  # an async caller waits on ``future`` instead
+    future: asyncio.Future[None] | None = None
     done: bool = False
     error: BaseException | None = None
     renewed: tuple[str, float] | None = None
+
+
+def _resolve_futures(batch: list[_Write]) -> None:
+    """Wake the async callers of a committed batch: one call into each event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Write]] = {}
+    for write in batch:
+        if write.loop is not None:
+            by_loop.setdefault(write.loop, []).append(write)
+    for loop, writes in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, writes)
+        except RuntimeError:  # the loop was closed: nobody is waiting any more
+            pass
+
+
+def _settle(writes: list[_Write]) -> None:
+    for write in writes:
+        future = write.future
+        if future is None or future.done():
+            continue
+        if write.error is not None:
+            future.set_exception(write.error)
+        else:
+            future.set_result(None)
 
 
 class _Connection(sqlite3.Connection):
