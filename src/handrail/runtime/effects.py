@@ -213,36 +213,49 @@ class Persist(Effect):
             or any(e.kind == "tools_planned" for e in events)
         )
 
-    def _appended(self, env: Env, claim: str | None, release: str | None) -> None:
+    def _append_args(
+        self, env: Env, method: str
+    ) -> tuple[list[Event], list[StoredEvent], dict[str, Any]] | None:
+        """What to hand the store's ``append``/``aappend``, or None: nothing to write."""
+        taken = self._take(env)
+        if taken is None:
+            return None
+        events, stored, record, expected = taken
+        claim, release = self._liveness(env, events)
+        kwargs = {
+            "expected_seq": expected,
+            "record": record,
+            "claim": claim,
+            "release": release,
+            **_relaxed(env.store, self._durable(events, claim), method),
+        }
+        return events, stored, kwargs
+
+    def _failed(self, env: Env, events: list[Event], exc: BaseException) -> BaseException:
+        """The run cannot go on after a failed append; a conflict is told in the run's terms."""
+        env.broken = True
+        return self._conflict(env, events, exc) if isinstance(exc, ConflictError) else exc
+
+    def _appended(self, env: Env, kwargs: dict[str, Any]) -> None:
         env.appends += 1
-        if claim is not None:
+        if kwargs["claim"] is not None:
             env.claimed = True
-        if release is not None:
+        if kwargs["release"] is not None:
             env.claimed = False
 
     def run_sync(self, env: Env) -> None:
-        taken = self._take(env)
-        if taken is None:
+        prepared = self._append_args(env, "append")
+        if prepared is None:
             return
-        events, stored, record, expected = taken
-        claim, release = self._liveness(env, events)
+        events, stored, kwargs = prepared
         try:
-            env.store.append(
-                env.thread_id,
-                stored,
-                expected_seq=expected,
-                record=record,
-                claim=claim,
-                release=release,
-                **_relaxed(env.store, self._durable(events, claim), "append"),
-            )
-        except ConflictError as exc:
-            env.broken = True
-            raise self._conflict(env, events, exc) from None
-        except BaseException:
-            env.broken = True
-            raise
-        self._appended(env, claim, release)
+            env.store.append(env.thread_id, stored, **kwargs)
+        except BaseException as exc:
+            error = self._failed(env, events, exc)
+            if error is exc:
+                raise
+            raise error from None
+        self._appended(env, kwargs)
 
     async def run_async(self, env: Env) -> None:
         if env.lock is None:  # one coroutine drives the run: nothing to serialise
@@ -252,28 +265,18 @@ class Persist(Effect):
             await self._write_async(env)
 
     async def _write_async(self, env: Env) -> None:
-        taken = self._take(env)
-        if taken is None:
+        prepared = self._append_args(env, "aappend")
+        if prepared is None:
             return
-        events, stored, record, expected = taken
-        claim, release = self._liveness(env, events)
+        events, stored, kwargs = prepared
         try:
-            await env.store.aappend(
-                env.thread_id,
-                stored,
-                expected_seq=expected,
-                record=record,
-                claim=claim,
-                release=release,
-                **_relaxed(env.store, self._durable(events, claim), "aappend"),
-            )
-        except ConflictError as exc:
-            env.broken = True
-            raise self._conflict(env, events, exc) from None
-        except BaseException:
-            env.broken = True
-            raise
-        self._appended(env, claim, release)
+            await env.store.aappend(env.thread_id, stored, **kwargs)
+        except BaseException as exc:
+            error = self._failed(env, events, exc)
+            if error is exc:
+                raise
+            raise error from None
+        self._appended(env, kwargs)
 
 
 def flush(*, last: bool = False) -> Persist:

@@ -123,7 +123,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
     spec = env.spec
     if events:
         buffer(env, events)
-        if any(e.kind == "input" for e in events):
+        if env.wants("values") and any(e.kind == "input" for e in events):
             env.send("values", fold.public_values())
     runtime = Runtime(
         thread_id=env.thread_id,
@@ -207,8 +207,10 @@ def _finish_step(
             )
         data["values"] = values or None
     buffer(env, [Event("step", data)])
-    env.send("updates", {step: data["values"]})
-    env.send("values", fold.public_values())
+    if env.modes:  # nothing to compute for a caller that streams nothing
+        env.send("updates", {step: data["values"]})
+        if env.wants("values"):
+            env.send("values", fold.public_values())
 
 
 def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> None:
@@ -346,8 +348,10 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         return
     results = [fold.task_results[call_id] for call_id in order]
     buffer(env, [Event("step", {"step": TOOLS, "values": None, "next": None})])
-    env.send("updates", {TOOLS: {"messages": results}})
-    env.send("values", fold.public_values())
+    if env.modes:
+        env.send("updates", {TOOLS: {"messages": results}})
+        if env.wants("values"):
+            env.send("values", fold.public_values())
 
 
 def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
