@@ -186,7 +186,7 @@ def test_one_saver_shared_by_many_python_threads(tmp_path: Path) -> None:
     saver.close()
 
 
-class _SlowLeader(SqliteSaver):
+class _Slow:
     """Holds its first transaction open a moment, so the appends made meanwhile queue up."""
 
     batches: list[int]
@@ -195,7 +195,15 @@ class _SlowLeader(SqliteSaver):
         if not self.batches:
             time.sleep(0.3)
         self.batches.append(len(batch))
-        super()._commit_batch(batch)
+        super()._commit_batch(batch)  # type: ignore[misc]
+
+
+class _SlowLeader(_Slow, SqliteSaver):
+    pass
+
+
+class _SlowAsyncLeader(_Slow, AsyncSqliteSaver):
+    pass
 
 
 def test_appends_made_at_once_share_one_commit_and_fail_alone(tmp_path: Path) -> None:
@@ -243,16 +251,6 @@ def test_appends_made_at_once_share_one_commit_and_fail_alone(tmp_path: Path) ->
     for n in range(5):
         assert [e.seq for e in saver.read(f"w{n}").events] == [1]
     saver.close()
-
-
-class _SlowAsyncLeader(AsyncSqliteSaver):
-    batches: list[int]
-
-    def _commit_batch(self, batch: list[Any]) -> None:
-        if not self.batches:
-            time.sleep(0.3)
-        self.batches.append(len(batch))
-        super()._commit_batch(batch)
 
 
 async def test_concurrent_async_appends_share_commits_and_fail_alone(tmp_path: Path) -> None:
