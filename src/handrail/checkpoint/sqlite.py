@@ -588,12 +588,9 @@ class _SqliteStore(BaseCheckpointSaver):
             self._leading = True
             if not leader:
                 write.turn = threading.Event()
-        if not leader:
-            assert write.turn is not None
+        if write.turn is not None:
             write.turn.wait()  # done by a leader, or asked to lead
-            if not write.done:
-                self._lead()
-        else:
+        if not write.done:
             self._lead()
         if write.error is not None:
             raise write.error
