@@ -105,6 +105,35 @@ def test_a_review_cycle_waits_for_the_disk_twice(make_agent: AgentFactory) -> No
         assert len(durable) == 2, saver.appends
 
 
+def test_only_the_result_of_a_tool_that_ran_is_saved_before_the_next_call_acts(
+    make_agent: AgentFactory, ledger: Ledger
+) -> None:
+    """Rule 7: a result a tool produced is committed before another call can act; a
+    rejection's result is not (it is made again from the saved decision), so a rejected
+    call followed by an approved one costs no extra commit."""
+    saver = CountingSaver()
+    script = [
+        turn(call("write_file", path="a", content="x"), call("execute_sql", query="q1")),
+        turn(call("write_file", path="b", content="y"), call("execute_sql", query="q2")),
+        {"content": "done"},
+    ]
+    agent = make_agent(script, checkpointer=saver)
+    agent.invoke({"messages": "go"}, config())
+
+    saver.appends.clear()
+    agent.invoke(Command(resume={"decisions": [{"type": "reject"}, {"type": "approve"}]}), config())
+    before_sql = [kinds for kinds in saver.appends if "tool_started" in kinds]
+    assert len(saver.appends) == 3, saver.appends  # the plan, the results before the model, the pause
+    assert before_sql == [saver.appends[1]] and "~relaxed" in before_sql[0]
+
+    saver.appends.clear()
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}, {"type": "approve"}]}), config())
+    # the first tool's result is saved in the same commit as the second call's start
+    assert saver.appends[1] == ["tool_started", "tool_finished", "tool_started", "~relaxed"], saver.appends
+    assert len(saver.appends) == 4, saver.appends
+    assert ledger.names() == ["execute_sql", "write_file", "execute_sql"]
+
+
 def test_a_failing_hook_keeps_the_steps_before_it(spec_tools: list, ledger: Ledger) -> None:
     """Buffered steps are written even when the run stops on an error."""
 

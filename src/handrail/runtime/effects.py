@@ -72,6 +72,7 @@ class Env:
     buffer: list[Event] = field(default_factory=list)
     buffer_from: int = 0
     lock: asyncio.Lock | None = None
+    ran: set[str] = field(default_factory=set)  # tool calls this run started
 
     def wants(self, mode: str) -> bool:
         return mode in self.modes

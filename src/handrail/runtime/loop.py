@@ -404,12 +404,14 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
     if tool.idempotent:
         started["idempotent"] = True
     # The step's plan already holds this call (rule 9), so its start needs no commit of its
-    # own; but the results of calls that finished are saved before another call can act.
-    finished_before = any(event.kind == "tool_finished" for event in env.buffer)
-    if finished_before:
+    # own; but the results of calls that ran are saved before another call can act. (A
+    # result no tool produced - a rejection, a reviewer's answer - is made again from the
+    # saved decision if the process dies: it need not be saved first.)
+    if any(_ran(env, event) for event in env.buffer):
         yield Persist([Event("tool_started", started)], flush=True)
     else:
         buffer(env, [Event("tool_started", started)])
+    env.ran.add(call_id)
     try:
         result = yield CallTool(tool, values, request.runtime)
     except ConfigurationError:
@@ -422,6 +424,11 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
             status="error",
         )
     return tool_result_message(result, call_id, tool.name)
+
+
+def _ran(env: Env, event: Event) -> bool:
+    """Whether ``event`` is the result of a tool call this run started."""
+    return event.kind == "tool_finished" and event.data["message"].tool_call_id in env.ran
 
 
 def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str | None) -> Gen:
