@@ -94,6 +94,7 @@ class Handrail:
         "handrail_pending_tools",
         "handrail_pending_metadata",
         "handrail_runs",
+        "handrail_readings",
         "handrail_schema_version",
     ]
 
@@ -155,12 +156,13 @@ class Handrail:
         return _next_interrupt(await agent.ainvoke(command, _config(thread_id)))
 
     def payload_bytes(self, saver: Any, backend: str, location: str | None, thread_id: str) -> int:
-        """The event payloads, the pending-review payloads and the metadata, as stored."""
+        """The event payloads, the pending-review payloads and the saved reading, as stored."""
         read = saver.read(thread_id)
         total = sum(len(event.payload) for event in read.events)
         if read.record is not None:
             total += sum(len(review.payload) for review in read.record.pending)
-        return total
+        reading = saver.read(thread_id, from_reading=True).reading
+        return total + (len(reading.payload) if reading is not None else 0)
 
     def messages(self, agent: Any, thread_id: str) -> list[Any]:
         return list(agent.get_state(_config(thread_id)).values["messages"])

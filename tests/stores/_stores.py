@@ -189,6 +189,7 @@ class Store:
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        **extra: Any,
     ) -> None:
         await self._call(
             "append",
@@ -198,10 +199,15 @@ class Store:
             record=record,
             claim=claim,
             release=release,
+            **extra,
         )
 
-    async def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        result: ThreadRead = await self._call("read", thread_id, after_seq=after_seq, upto_seq=upto_seq)
+    async def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, **extra: Any
+    ) -> ThreadRead:
+        result: ThreadRead = await self._call(
+            "read", thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra
+        )
         return result
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:

@@ -46,7 +46,7 @@ def _sql(dsn: str, schema: str, sql: str, params: Any = ()) -> list[Any]:
         return cursor.fetchall() if cursor.description else []
 
 
-OURS = 2  # handrail's own schema versions
+OURS = 3  # handrail's own schema versions
 
 
 class _Extended(PostgresSaver):
@@ -467,4 +467,8 @@ def test_a_version_1_schema_is_migrated_with_its_inbox(postgres: str, schema: st
         saver.append("t2", events(2, 1), expected_seq=1, record=record("t2", 2))  # answered
         assert found(metadata={"team": "a"}) == ["t0"]
         assert found(tool="sql") == ["t1"]
-    assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [(1,), (2,)]
+    assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
+        (1,),
+        (2,),
+        (3,),
+    ]

@@ -35,10 +35,10 @@ def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
         assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file: small pages
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"events", "threads", "pending", "pending_tools", "runs", "run_owners"} <= tables
+    assert {"events", "threads", "pending", "pending_tools", "runs", "run_owners", "readings"} <= tables
     with SqliteSaver.from_conn_string(path) as again:  # reopening keeps everything
         assert [e.seq for e in again.read("t").events] == [1, 2]
 
@@ -67,7 +67,7 @@ def test_memory_and_connection_forms(tmp_path: Path) -> None:
     conn.close()
 
 
-OURS = 2  # handrail's own schema versions
+OURS = 3  # handrail's own schema versions
 
 
 class _Extended(SqliteSaver):
@@ -107,7 +107,7 @@ def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> N
         saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
     old.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
         for table in ("events", "pending", "runs"):
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
             assert sql.endswith("WITHOUT ROWID"), table
@@ -120,9 +120,11 @@ def test_migrations_apply_in_order_once(tmp_path: Path) -> None:
         saver.setup()  # idempotent
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT version, description FROM schema_version ORDER BY version").fetchall()
-        assert [v for v, _ in rows] == [1, 2, 3, 4] and rows[2][1] == "labels"
+        assert [v for v, _ in rows] == list(range(1, OURS + 3)) and rows[OURS][1] == "labels"
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'labels_by_label'").fetchone()
-    with pytest.raises(ConfigurationError, match="schema version 4, newer than this handrail knows"):
+    with pytest.raises(
+        ConfigurationError, match=f"schema version {OURS + 2}, newer than this handrail knows"
+    ):
         SqliteSaver(path)
 
 

@@ -243,6 +243,18 @@ def _migrations(p: str) -> tuple[Migration, ...]:
                 f"jsonb_each(t.metadata) AS e WHERE {_INDEXED_SQL}",
             ),
         ),
+        Migration(
+            3,
+            "each thread's saved reading (its state at an event), which a new process loads",
+            (
+                f"""CREATE TABLE {p}readings (
+                    thread_id  text COLLATE "C" PRIMARY KEY,
+                    seq        bigint NOT NULL,
+                    created_at double precision NOT NULL,
+                    payload    bytea NOT NULL
+                )""",
+            ),
+        ),
     )
 
 
@@ -283,7 +295,7 @@ class Queries:
         self.migrations = _migrations(p)
         self.threads, self.events, self.pending = f"{p}threads", f"{p}events", f"{p}pending"
         self.pending_tools, self.runs, self.versions = f"{p}pending_tools", f"{p}runs", f"{p}schema_version"
-        self.pending_metadata = f"{p}pending_metadata"
+        self.pending_metadata, self.readings = f"{p}pending_metadata", f"{p}readings"
         self.lock_key = zlib.crc32((schema or "").encode()) - 2**31
         self.record_columns = (
             "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, "
@@ -292,7 +304,7 @@ class Queries:
             f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
-        self._append_sql: dict[tuple[bool, int, int, int, bool], str] = {}
+        self._append_sql: dict[tuple[bool, int, int, int, bool, bool], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
             f"(SELECT CASE WHEN {_alive('%(owner)s::bigint')} THEN true "
@@ -366,10 +378,12 @@ class Queries:
         claim: tuple[str, int] | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> Op[None]:
         """One statement: move the head (or conflict), then write everything else.
 
         ``claim`` is ``(run_id, owner_key)``: the run is claimed, then ``release`` released.
+        ``reading`` takes the place of the thread's saved reading.
         ``durable=False``: the statement sets ``synchronous_commit`` off for its own
         transaction, so its commit does not wait for the WAL flush (the server keeps it
         if our process dies; WAL order makes the next durable commit flush it too).
@@ -391,6 +405,8 @@ class Queries:
             claiming = 2 if claim[0] == release else 1
         if release is not None:
             params["release"] = release
+        if reading is not None:
+            params.update(reading_seq=reading.seq, reading_at=reading.created_at, reading=reading.payload)
         listed_events = len(events) if len(events) <= _LISTED_EVENTS else _IN_ARRAYS
         if listed_events != _IN_ARRAYS:
             for (seq, kind, at, payload), event in zip(_EVENT_KEYS, events, strict=False):
@@ -433,6 +449,7 @@ class Queries:
             listed_reviews,
             claiming + 3 * (release is not None),
             durable,
+            reading is not None,
         )
         sql = self._append_sql.get(shape)
         if sql is None:
@@ -443,11 +460,20 @@ class Queries:
                 claim=claiming,
                 release=release is not None,
                 durable=durable,
+                reading=reading is not None,
             )
         yield [Query(sql, params, prepare=True)]
 
     def _build_append(
-        self, *, new: bool, events: int, pending: int, claim: int, release: bool, durable: bool = True
+        self,
+        *,
+        new: bool,
+        events: int,
+        pending: int,
+        claim: int,
+        release: bool,
+        durable: bool = True,
+        reading: bool = False,
     ) -> str:
         """The SQL of an append: data-modifying CTEs, each done only if the head moved.
 
@@ -572,6 +598,13 @@ class Queries:
                 f"released AS (DELETE FROM {self.runs} WHERE thread_id = %(thread)s "
                 f"AND run_id = %(release)s AND {go})"
             )
+        if reading:
+            ctes.append(
+                f"kept AS (INSERT INTO {self.readings} (thread_id, seq, created_at, payload) "
+                f"SELECT %(thread)s, %(reading_seq)s, %(reading_at)s, %(reading)b WHERE {go} "
+                "ON CONFLICT (thread_id) DO UPDATE SET seq = excluded.seq, created_at = excluded.created_at, "
+                "payload = excluded.payload)"
+            )
         conflict = f"{p}conflict(%(thread)s, %(expected)s, %(epoch)s)"
         if durable:
             return "WITH " + ", ".join(ctes) + f" SELECT {conflict} WHERE NOT {go}"
@@ -588,7 +621,10 @@ class Queries:
                 f"WITH replaced AS (UPDATE {self.events} SET kind = %s, created_at = %s, payload = %s "
                 "WHERE thread_id = %s AND seq = %s RETURNING 1), "
                 f"dropped AS (DELETE FROM {self.events} WHERE thread_id = %s AND seq < %s "
-                "AND NOT (kind = ANY(%s)) AND EXISTS (SELECT FROM replaced) RETURNING 1) "
+                "AND NOT (kind = ANY(%s)) AND EXISTS (SELECT FROM replaced) RETURNING 1), "
+                # a saved reading holds the history before the snapshot: the next run saves another
+                f"forgot AS (DELETE FROM {self.readings} WHERE thread_id = %s "
+                "AND EXISTS (SELECT FROM replaced)) "
                 "SELECT (SELECT count(*) FROM replaced), (SELECT count(*) FROM dropped)",
                 (
                     snapshot.kind,
@@ -599,6 +635,7 @@ class Queries:
                     thread_id,
                     upto_seq,
                     sorted(keep_kinds),
+                    thread_id,
                 ),
             )
         ]
@@ -608,7 +645,14 @@ class Queries:
         return int(dropped)
 
     def delete_thread(self, thread_id: str) -> Op[bool]:
-        tables = (self.events, self.pending, self.pending_tools, self.pending_metadata, self.runs)
+        tables = (
+            self.events,
+            self.pending,
+            self.pending_tools,
+            self.pending_metadata,
+            self.runs,
+            self.readings,
+        )
         deletes = ", ".join(
             f"d{n} AS (DELETE FROM {table} WHERE thread_id = %s)" for n, table in enumerate(tables)
         )
@@ -635,27 +679,39 @@ class Queries:
         return conflict(thread_id, expected_seq, None)  # it moved and came back meanwhile
 
     # Reading ---------------------------------------------------------------------------------
-    def read(self, thread_id: str, after_seq: int, upto_seq: int | None) -> Op[ThreadRead]:
-        # one statement, so one snapshot: the record and the events of one instant
+    def read(
+        self, thread_id: str, after_seq: int, upto_seq: int | None, from_reading: bool = False
+    ) -> Op[ThreadRead]:
+        # one statement, so one snapshot: the record, the saved reading and the events of one instant
         upto = " AND e.seq <= %(upto)s" if upto_seq is not None else ""
+        after = "%(after)s"
+        saved = ""
+        if from_reading and not after_seq and upto_seq is None:
+            after = f"COALESCE((SELECT r.seq FROM {self.readings} AS r WHERE r.thread_id = %(thread)s), 0)"
+            saved = (
+                "UNION ALL SELECT 2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, r.seq, 'reading', "
+                f"r.created_at, r.payload FROM {self.readings} AS r WHERE r.thread_id = %(thread)s "
+            )
         sql = (
             f"SELECT 0, {self.record_columns}, NULL::bigint, NULL::text, NULL::double precision, "
-            f"NULL::bytea FROM {self.threads} AS t WHERE t.thread_id = %(thread)s UNION ALL "
+            f"NULL::bytea FROM {self.threads} AS t WHERE t.thread_id = %(thread)s {saved}UNION ALL "
             "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.created_at, "
-            f"e.payload FROM {self.events} AS e WHERE e.thread_id = %(thread)s AND e.seq > %(after)s{upto} "
+            f"e.payload FROM {self.events} AS e WHERE e.thread_id = %(thread)s AND e.seq > {after}{upto} "
             "ORDER BY e.seq)"
         )
         (result,) = yield [Query(sql, {"thread": thread_id, "after": after_seq, "upto": upto_seq})]
-        record = None
+        record = reading = None
         events = []
         for row in result.rows:
             if row[0] == 0:
                 record = _record(row[1:9])
+            elif row[0] == 2:
+                reading = event_from_row(thread_id, *row[9:])
             else:
                 events.append(event_from_row(thread_id, *row[9:]))
         if any(a.seq >= b.seq for a, b in itertools.pairwise(events)):
             events.sort(key=lambda event: event.seq)  # the rows came in another order
-        return ThreadRead(record=record, events=events)
+        return ThreadRead(record=record, events=events, reading=reading)
 
     def get_thread(self, thread_id: str) -> Op[ThreadRecord | None]:
         (result,) = yield [Query(self.record_select + " WHERE t.thread_id = %s", (thread_id,))]

@@ -68,6 +68,15 @@ def check_append(
         raise ValueError(f"thread status must be one of {sorted(STATUSES)}, got {record.status!r}")
 
 
+def check_reading(reading: StoredEvent | None, record: ThreadRecord) -> None:
+    """Refuse a saved reading that is not of the new head."""
+    if reading is not None and reading.seq != record.head_seq:
+        raise ValueError(
+            f"a saved reading must be of the new head (event {record.head_seq}), "
+            f"got one of event {reading.seq}"
+        )
+
+
 def conflict(thread_id: str, expected_seq: int, head: int | None) -> ConflictError:
     """The error for a stale ``expected_seq`` (SPEC rule 8)."""
     found = "another writer's append" if head is None else f"event {head}"

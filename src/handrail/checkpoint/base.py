@@ -7,7 +7,7 @@ what the events mean.
 
 The whole protocol:
 
-``append(thread_id, events, expected_seq=, record=, claim=, release=, durable=True)``
+``append(thread_id, events, expected_seq=, record=, claim=, release=, durable=True, reading=None)``
     Add events ``expected_seq + 1 ...`` and replace the thread record, atomically. If
     the thread's head is not ``expected_seq``, or (for ``expected_seq > 0``) its stored
     epoch is not ``record.epoch``, another writer got there first: raise
@@ -18,8 +18,13 @@ The whole protocol:
     need not wait for it to reach the disk (no fsync); the next durable append makes it
     durable too, since a store's log is written in order. The runtime asks for a durable
     append before a tool may act and at the end of a run; see ``runtime/effects.py``.
-``read(thread_id, after_seq=0, upto_seq=None)``
+    ``reading``, now and then at the end of a run, is the whole state at the new head
+    (an opaque payload, ``reading.seq`` = the new head): keep it in place of the
+    thread's previous one, in the same transaction.
+``read(thread_id, after_seq=0, upto_seq=None, from_reading=False)``
     The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
+    With ``from_reading`` (and no range): the thread's saved reading as well, if it
+    has one, and only the events after it - what a new process loads.
 ``get_thread``, ``list_threads``, ``list_pending``, ``delete_thread``
     The cross-thread views the reviewers' inbox is built on.
 ``prune(thread_id, upto_seq=, snapshot=, keep_kinds=)``
@@ -101,6 +106,7 @@ class ThreadRead:
 
     record: ThreadRecord | None
     events: list[StoredEvent]
+    reading: StoredEvent | None = None  # with ``from_reading``: the saved reading the events follow
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,18 +163,27 @@ class BaseCheckpointSaver(ABC):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
 
         With ``claim``/``release``, also do what :meth:`claim_run`/:meth:`release_run` do
         for that run id, in the same transaction. ``durable=False``: commit without
         waiting for the disk (the commit survives the process, not a power cut, until
-        the next durable append); a store without such a mode ignores it.
+        the next durable append); a store without such a mode ignores it. ``reading``:
+        the thread's state at the new head, kept in place of its previous saved reading
+        (``reading.seq`` must be the new head: ``ValueError`` otherwise).
         """
 
     @abstractmethod
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        """Return the thread record and its events in ``(after_seq, upto_seq]``."""
+    def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
+        """Return the thread record and its events in ``(after_seq, upto_seq]``.
+
+        ``from_reading=True`` (with the default range): also the thread's saved reading,
+        when it has one, and then only the events after it.
+        """
 
     @abstractmethod
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
@@ -220,9 +235,13 @@ class BaseCheckpointSaver(ABC):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         """Async :meth:`append`."""
-        relaxed = {} if durable else {"durable": False}  # a subclass's append may predate it
+        # a subclass's append may predate these keywords: pass them only when they matter
+        extra: dict[str, Any] = {} if durable else {"durable": False}
+        if reading is not None:
+            extra["reading"] = reading
         await asyncio.to_thread(
             lambda: self.append(
                 thread_id,
@@ -231,13 +250,18 @@ class BaseCheckpointSaver(ABC):
                 record=record,
                 claim=claim,
                 release=release,
-                **relaxed,
+                **extra,
             )
         )
 
-    async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+    async def aread(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
         """Async :meth:`read`."""
-        return await asyncio.to_thread(lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq))
+        extra = {"from_reading": True} if from_reading else {}
+        return await asyncio.to_thread(
+            lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
+        )
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
         """Async :meth:`get_thread`."""

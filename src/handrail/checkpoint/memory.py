@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
+from handrail.checkpoint._records import check_reading
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
     PendingFilter,
@@ -38,6 +40,7 @@ class InMemorySaver(BaseCheckpointSaver):
         self._events: dict[str, list[StoredEvent]] = {}
         self._records: dict[str, ThreadRecord] = {}
         self._runs: dict[str, set[str]] = {}
+        self._readings: dict[str, StoredEvent] = {}
 
     def append(
         self,
@@ -49,6 +52,7 @@ class InMemorySaver(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         with self._lock:
             current = self._records.get(thread_id)
@@ -71,17 +75,27 @@ class InMemorySaver(BaseCheckpointSaver):
                     )
             if record.head_seq != expected_seq + len(events):
                 raise ValueError("the thread record's head_seq must be the last event's seq")
+            check_reading(reading, record)
             self._events.setdefault(thread_id, []).extend(events)
             self._records[thread_id] = record
+            if reading is not None:
+                self._readings[thread_id] = reading
             if claim is not None:
                 self._runs.setdefault(thread_id, set()).add(claim)
             if release is not None:
                 self._release(thread_id, release)
 
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+    def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
         with self._lock:
             record = self._records.get(thread_id)
             log = self._events.get(thread_id, [])
+            reading = self._readings.get(thread_id) if from_reading and not after_seq else None
+            if reading is not None and upto_seq is None:
+                return ThreadRead(
+                    record=record, events=[e for e in log if e.seq > reading.seq], reading=reading
+                )
             if not log or log[0].seq == 1:
                 # an unpruned log: seq n sits at index n - 1, slicing is O(events returned)
                 end = len(log) if upto_seq is None else max(0, min(upto_seq, len(log)))
@@ -130,6 +144,7 @@ class InMemorySaver(BaseCheckpointSaver):
         with self._lock:
             self._events.pop(thread_id, None)
             self._runs.pop(thread_id, None)
+            self._readings.pop(thread_id, None)
             return self._records.pop(thread_id, None) is not None
 
     def prune(
@@ -142,6 +157,7 @@ class InMemorySaver(BaseCheckpointSaver):
                 raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
             kept = [e for e in log[:position] if e.kind in keep_kinds]
             self._events[thread_id] = [*kept, snapshot, *log[position + 1 :]]
+            self._readings.pop(thread_id, None)  # it holds the history before the snapshot
             return position - len(kept)
 
     def claim_run(self, thread_id: str, run_id: str) -> None:
@@ -174,19 +190,21 @@ class InMemorySaver(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
+        # a subclass's append may predate these keywords: pass them only when they matter
+        extra: dict[str, Any] = {} if durable else {"durable": False}
+        if reading is not None:
+            extra["reading"] = reading
         self.append(
-            thread_id,
-            events,
-            expected_seq=expected_seq,
-            record=record,
-            claim=claim,
-            release=release,
-            durable=durable,
+            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
         )
 
-    async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
+    async def aread(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
+        extra = {"from_reading": True} if from_reading else {}
+        return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
         return self.get_thread(thread_id)

@@ -90,7 +90,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from handrail.checkpoint._postgres_sql import CONFLICT_STATE, LOST_LOCK_STATE, Op, Queries, Result
-from handrail.checkpoint._records import Migration, check_append, conflict
+from handrail.checkpoint._records import Migration, check_append, check_reading, conflict
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
     PendingFilter,
@@ -366,8 +366,10 @@ class PostgresSaver(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
+        check_reading(reading, record)
         released = self._forget_claim(thread_id, release)
         try:
             for attempt in range(2):
@@ -380,6 +382,7 @@ class PostgresSaver(BaseCheckpointSaver):
                     claim=(claim, owner[0]) if claim is not None and owner is not None else None,
                     release=release,
                     durable=durable,
+                    reading=reading,
                 )
                 try:
                     self._run(op)
@@ -396,8 +399,10 @@ class PostgresSaver(BaseCheckpointSaver):
             with self._owner_lock:
                 self._claimed.add((thread_id, claim))
 
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        return self._run(self._queries.read(thread_id, after_seq, upto_seq))
+    def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
+        return self._run(self._queries.read(thread_id, after_seq, upto_seq, from_reading))
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         return self._run(self._queries.get_thread(thread_id))
@@ -651,8 +656,10 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
+        check_reading(reading, record)
         released = release is not None and (thread_id, release) in self._claimed
         if release is not None:
             self._claimed.discard((thread_id, release))
@@ -667,6 +674,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                     claim=(claim, owner[0]) if claim is not None and owner is not None else None,
                     release=release,
                     durable=durable,
+                    reading=reading,
                 )
                 try:
                     await self._run(op)
@@ -683,8 +691,10 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         if claim is not None and claim != release:
             self._claimed.add((thread_id, claim))
 
-    async def aread(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        return await self._run(self._queries.read(thread_id, after_seq, upto_seq))
+    async def aread(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
+        return await self._run(self._queries.read(thread_id, after_seq, upto_seq, from_reading))
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
         return await self._run(self._queries.get_thread(thread_id))
@@ -786,6 +796,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         self._call(
             lambda: self.aappend(
@@ -796,11 +807,16 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                 claim=claim,
                 release=release,
                 durable=durable,
+                reading=reading,
             )
         )
 
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        return self._call(lambda: self.aread(thread_id, after_seq=after_seq, upto_seq=upto_seq))
+    def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
+        return self._call(
+            lambda: self.aread(thread_id, after_seq=after_seq, upto_seq=upto_seq, from_reading=from_reading)
+        )
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         return self._call(lambda: self.aget_thread(thread_id))

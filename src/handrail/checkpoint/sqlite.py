@@ -98,6 +98,7 @@ import orjson
 from handrail.checkpoint._records import (
     Migration,
     check_append,
+    check_reading,
     conflict,
     decode_metadata,
     encode_metadata,
@@ -233,6 +234,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO runs_v2 SELECT thread_id, run_id, owner_id, claimed_at FROM runs",
             "DROP TABLE runs",
             "ALTER TABLE runs_v2 RENAME TO runs",
+        ),
+    ),
+    Migration(
+        3,
+        "each thread's saved reading (its state at an event), which a new process loads",
+        (
+            """CREATE TABLE readings (
+                thread_id  TEXT PRIMARY KEY,
+                seq        INTEGER NOT NULL,
+                created_at REAL NOT NULL,
+                payload    BLOB NOT NULL
+            )""",
         ),
     ),
 )
@@ -480,8 +493,9 @@ class _SqliteStore(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
-        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable)
+        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         released = self._forget_release(write)
         try:
             self._commit_together(write)
@@ -500,6 +514,7 @@ class _SqliteStore(BaseCheckpointSaver):
         claim: str | None = None,
         release: str | None = None,
         durable: bool = True,
+        reading: StoredEvent | None = None,
     ) -> None:
         """Queue the append for the group commit and wait for it without a thread of its own.
 
@@ -507,7 +522,7 @@ class _SqliteStore(BaseCheckpointSaver):
         both the transaction (one fsync) and the hop to a thread (see
         :meth:`_commit_together`).
         """
-        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable)
+        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         loop = asyncio.get_running_loop()
         write.loop, write.future = loop, loop.create_future()
         released = self._forget_release(write)
@@ -533,8 +548,10 @@ class _SqliteStore(BaseCheckpointSaver):
         claim: str | None,
         release: str | None,
         durable: bool,
+        reading: StoredEvent | None = None,
     ) -> _Write:
         check_append(thread_id, events, expected_seq, record)
+        check_reading(reading, record)
         pending_rows, tool_rows = _pending_rows(thread_id, record.pending)
         return _Write(
             thread_id=thread_id,
@@ -547,6 +564,7 @@ class _SqliteStore(BaseCheckpointSaver):
             claim=claim,
             release=release,
             durable=durable,
+            reading=reading,
         )
 
     def _forget_release(self, write: _Write) -> bool:
@@ -710,19 +728,34 @@ class _SqliteStore(BaseCheckpointSaver):
         renewed = self._claim(conn, thread_id, write.claim) if write.claim is not None else None
         if write.release is not None:
             conn.execute("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, write.release))
+        if write.reading is not None:
+            conn.execute(
+                "INSERT OR REPLACE INTO readings (thread_id, seq, created_at, payload) VALUES (?, ?, ?, ?)",
+                (thread_id, write.reading.seq, write.reading.created_at, write.reading.payload),
+            )
         return renewed
 
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
+    def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
+    ) -> ThreadRead:
         sql = "SELECT seq, kind, created_at, payload FROM events WHERE thread_id = ? AND seq > ?"
-        params: list[Any] = [thread_id, after_seq]
-        if upto_seq is not None:
-            sql += " AND seq <= ?"
-            params.append(upto_seq)
+        reading = None
         with self._transaction(write=False) as conn:
+            if from_reading and not after_seq and upto_seq is None:
+                row = conn.execute(
+                    "SELECT seq, created_at, payload FROM readings WHERE thread_id = ?", (thread_id,)
+                ).fetchone()
+                if row is not None:
+                    reading = event_from_row(thread_id, row[0], "reading", row[1], row[2])
+                    after_seq = reading.seq
+            params: list[Any] = [thread_id, after_seq]
+            if upto_seq is not None:
+                sql += " AND seq <= ?"
+                params.append(upto_seq)
             records = self._records(conn, "WHERE thread_id = ?", [thread_id])
             rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
         events = [event_from_row(thread_id, *row) for row in rows]
-        return ThreadRead(record=records[0] if records else None, events=events)
+        return ThreadRead(record=records[0] if records else None, events=events, reading=reading)
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         with self._transaction(write=False) as conn:
@@ -810,7 +843,7 @@ class _SqliteStore(BaseCheckpointSaver):
     def delete_thread(self, thread_id: str) -> bool:
         with self._transaction(write=True) as conn:
             existed = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount > 0
-            for table in ("events", "pending", "pending_tools", "runs"):
+            for table in ("events", "pending", "pending_tools", "runs", "readings"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
         return existed
 
@@ -820,7 +853,7 @@ class _SqliteStore(BaseCheckpointSaver):
         if snapshot.seq != upto_seq:
             raise ValueError(f"the snapshot must take the place of event {upto_seq}")
         kinds = sorted(keep_kinds)
-        marks = ", ".join("?" * len(kinds)) or "NULL"
+        kept = f" AND kind NOT IN ({', '.join('?' * len(kinds))})" if kinds else ""
         with self._transaction(write=True) as conn:
             replaced = conn.execute(
                 "UPDATE events SET kind = ?, created_at = ?, payload = ? WHERE thread_id = ? AND seq = ?",
@@ -829,9 +862,11 @@ class _SqliteStore(BaseCheckpointSaver):
             if replaced != 1:
                 raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
             dropped: int = conn.execute(
-                f"DELETE FROM events WHERE thread_id = ? AND seq < ? AND kind NOT IN ({marks})",
+                f"DELETE FROM events WHERE thread_id = ? AND seq < ?{kept}",
                 (thread_id, upto_seq, *kinds),
             ).rowcount
+            # a saved reading holds the history before the snapshot: the next run saves another
+            conn.execute("DELETE FROM readings WHERE thread_id = ?", (thread_id,))
         return dropped
 
     # Run liveness (rule 9) ---------------------------------------------------------------
@@ -956,6 +991,7 @@ class _Write:
     claim: str | None
     release: str | None
     durable: bool
+    reading: StoredEvent | None = None
     turn: threading.Event | None = None  # made only for a caller that waits for a leader
     loop: asyncio.AbstractEventLoop | None = None  # an async caller waits on ``future`` instead
     future: asyncio.Future[None] | None = None

@@ -230,6 +230,12 @@ class Persist(Effect):
             "release": release,
             **_relaxed(env.store, self._durable(events, claim), method),
         }
+        if self.release and env.fold is not None and _reading_due(env.fold, env.store, method):
+            try:
+                kwargs["reading"] = saved_reading(env.fold)
+            except BaseException:
+                env.broken = True  # the buffer is already taken: stop here
+                raise
         return events, stored, kwargs
 
     def _failed(self, env: Env, events: list[Event], exc: BaseException) -> BaseException:
@@ -239,6 +245,9 @@ class Persist(Effect):
 
     def _appended(self, env: Env, kwargs: dict[str, Any]) -> None:
         env.appends += 1
+        reading = kwargs.get("reading")
+        if reading is not None and env.fold is not None:
+            env.fold.reading_seq = reading.seq
         if kwargs["claim"] is not None:
             env.claimed = True
         if kwargs["release"] is not None:
@@ -287,22 +296,44 @@ def flush(*, last: bool = False) -> Persist:
 
 _NO_ARGS: dict[str, Any] = {}
 _RELAXED: dict[str, Any] = {"durable": False}
+# A run's last append also saves the whole reading of the thread once this many events
+# were added since the last saved one: a new process then folds at most this many.
+READING_EVERY = 400
 
 
 @functools.cache
-def _knows_durable(store_type: type[BaseCheckpointSaver], method: str) -> bool:
-    """Whether a store's ``append``/``aappend`` takes ``durable`` (stores written before it may not)."""
-    if method == "aappend" and store_type.aappend is BaseCheckpointSaver.aappend:
-        method = "append"  # the default aappend hands everything to append
-    parameters = inspect.signature(getattr(store_type, method)).parameters.values()
-    return any(p.name == "durable" or p.kind is p.VAR_KEYWORD for p in parameters)
+def takes(store_type: type[BaseCheckpointSaver], method: str, keyword: str) -> bool:
+    """Whether a store's ``method`` takes ``keyword`` (stores written before it may not).
+
+    ``append``'s ``durable`` and ``reading`` and ``read``'s ``from_reading`` came after
+    the first stores; the runtime passes them only to stores that take them.
+    """
+    # an async twin may hand everything to the sync method (the defaults do): both must take it
+    twin = method[1:] if method.startswith("a") and hasattr(BaseCheckpointSaver, method[1:]) else None
+    methods = (method, twin) if twin else (method,)
+    return all(
+        any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in inspect.signature(m).parameters.values())
+        for m in (getattr(store_type, name) for name in methods)
+    )
 
 
 def _relaxed(store: BaseCheckpointSaver, durable: bool, method: str) -> dict[str, Any]:
     """The keyword to pass for a commit that need not wait for the disk, if the store takes it."""
-    if durable or not _knows_durable(type(store), method):
+    if durable or not takes(type(store), method, "durable"):
         return _NO_ARGS
     return _RELAXED
+
+
+def _reading_due(fold: ThreadFold, store: BaseCheckpointSaver, method: str) -> bool:
+    return fold.head_seq - fold.reading_seq >= READING_EVERY and takes(type(store), method, "reading")
+
+
+def saved_reading(fold: ThreadFold) -> StoredEvent:
+    """The stored form of a fold: the thread's saved reading at its head."""
+    raw = dumps(fold.to_reading(), where=f"the state of thread {fold.thread_id!r}")
+    return StoredEvent(
+        seq=fold.head_seq, kind="reading", created_at=fold.updated_at, payload=pack_payload(raw)
+    )
 
 
 def buffer(env: Env, events: list[Event]) -> None:

@@ -79,6 +79,7 @@ class ThreadFold:
         "next",
         "parent_checkpoint_seq",
         "pending",
+        "reading_seq",
         "reducers",
         "started",
         "step_interrupts",
@@ -115,6 +116,7 @@ class ThreadFold:
         self.epoch = ""
         self.metadata: dict[str, Any] = {}
         self.base_seq = 0  # the snapshot a reading started from; older checkpoints were pruned
+        self.reading_seq = 0  # the event of the latest saved reading of this thread (0: none known)
 
     # Reading --------------------------------------------------------------------
     @property
@@ -400,12 +402,66 @@ class ThreadFold:
             ],
         }
 
+    def to_reading(self) -> dict[str, Any]:
+        """The whole reading, as JSON-able data: a saved reading of the thread (see
+        :meth:`from_reading`), which a new process loads instead of folding the log."""
+        return {
+            **self.to_snapshot(),
+            "head_seq": self.head_seq,
+            "updated_at": self.updated_at,
+            "base_seq": self.base_seq,
+            "checkpoint": [
+                self.checkpoint_seq,
+                self.parent_checkpoint_seq,
+                self.checkpoint_at,
+                self.checkpoint_kind,
+                self.checkpoint_writes,
+            ],
+        }
+
+    @classmethod
+    def from_reading(cls, thread_id: str, reducers: Mapping[str, Reducer], data: Any, seq: int) -> ThreadFold:
+        """The fold :meth:`to_reading` saved at event ``seq``, exactly as folding the log gives it."""
+        fold = cls._restore(thread_id, reducers, data, seq, "saved reading")
+        try:
+            if int(data["head_seq"]) != seq:
+                raise ValueError(f"it holds the reading at event {data['head_seq']}")
+            checkpoint_seq, parent, at, kind, writes = data["checkpoint"]
+            if writes is not None and not isinstance(writes, dict):
+                raise TypeError("checkpoint writes must be an object")
+            fold.checkpoint_seq, fold.parent_checkpoint_seq = int(checkpoint_seq), int(parent)
+            fold.checkpoint_at, fold.checkpoint_kind, fold.checkpoint_writes = float(at), str(kind), writes
+            fold.updated_at = float(data["updated_at"])
+            fold.base_seq = int(data["base_seq"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SerializationError(
+                f"cannot load thread {thread_id!r}, saved reading at record {seq}: damaged "
+                f"({type(exc).__name__}: {exc})",
+                thread_id=thread_id,
+                seq=seq,
+            ) from None
+        fold.reading_seq = seq
+        return fold
+
     @classmethod
     def from_snapshot(cls, thread_id: str, reducers: Mapping[str, Reducer], event: Event) -> ThreadFold:
         """The reading a ``snapshot`` event holds, positioned at that event."""
+        state = event.data.get("state") if isinstance(event.data, dict) else None
+        fold = cls._restore(thread_id, reducers, state, event.seq, "record")
+        fold.head_seq = fold.checkpoint_seq = fold.base_seq = event.seq
+        fold.updated_at = fold.checkpoint_at = event.created_at
+        fold.checkpoint_kind = "snapshot"
+        return fold
+
+    @classmethod
+    def _restore(
+        cls, thread_id: str, reducers: Mapping[str, Reducer], state: Any, seq: int, what: str
+    ) -> ThreadFold:
+        """A fold holding the state of :meth:`to_snapshot` (``what`` names it in errors)."""
         fold = cls(thread_id, reducers)
         try:
-            state = event.data["state"]
+            if not isinstance(state, dict):
+                raise TypeError("the state must be an object")
             fold.values = dict(state["values"])
             messages = fold.values.setdefault("messages", [])
             if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
@@ -431,15 +487,15 @@ class ThreadFold:
             fold.task_results = {m.tool_call_id: m for m in results}
             fold.started = {s["task"]: StartedTool(**s) for s in state["started"]}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            label = (
+                f"record {seq}: damaged snapshot" if what == "record" else f"{what} at record {seq}: damaged"
+            )
             raise SerializationError(
-                f"cannot load thread {thread_id!r}, record {event.seq}: damaged snapshot "
-                f"({type(exc).__name__}: {exc})",
+                f"cannot load thread {thread_id!r}, {label} ({type(exc).__name__}: {exc})",
                 thread_id=thread_id,
-                seq=event.seq,
+                seq=seq,
             ) from None
-        fold.head_seq = fold.checkpoint_seq = fold.base_seq = event.seq
-        fold.updated_at = fold.checkpoint_at = event.created_at
-        fold.checkpoint_kind = "snapshot"
+        fold.head_seq = seq
         return fold
 
     def _end_step(self, next_steps: tuple[str, ...]) -> None:

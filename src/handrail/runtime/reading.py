@@ -1,8 +1,10 @@
 """Reading a thread: loading its log into a fold, snapshots and history.
 
-A thread is read once per run: the log from the store, or only the events after a
-recent reading kept in the agent's cache (SPEC §6: the cost of a resume does not grow
-with the number of past checkpoints).
+A thread is read once per run: only the events after a recent reading kept in the
+agent's cache, or else the thread's *saved reading* (the state a run's last append
+keeps every ``READING_EVERY`` events) and the events after it, or, for a store without
+saved readings, the whole log. SPEC §6: the cost of a resume does not grow with the
+number of past checkpoints, in this process or in a new one.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.serde import loads
 from handrail.errors import InvalidInputError, SerializationError
 from handrail.runtime import rules
-from handrail.runtime.effects import Effect, Env, StoreCall
-from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
+from handrail.runtime.effects import Effect, Env, StoreCall, takes
+from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event, unpack_payload
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
@@ -50,11 +54,40 @@ def load(
             for stored in read.events:
                 fold.apply(decode_event(stored, thread_id))
             return fold
+    if upto_seq is None and _reads_saved_readings(env):
+        # A new process: start from the thread's saved reading, if it has one, and fold
+        # only the events after it (SPEC §6: not every past checkpoint again).
+        read = yield StoreCall("read", (thread_id,), {"from_reading": True})
+        if read.reading is not None:
+            events = [decode_event(stored, thread_id) for stored in read.events]
+            if all(e.kind not in ("branch", "snapshot") for e in events):  # those need the older log
+                fold = restore_reading(spec, thread_id, read.reading)
+                for event in events:
+                    fold.apply(event)
+                fold.epoch = read.record.epoch if read.record is not None else ""
+                return fold
+        else:
+            events = [decode_event(stored, thread_id) for stored in read.events]
+            fold = fold_events(spec, thread_id, events)
+            fold.epoch = read.record.epoch if read.record is not None else ""
+            return fold
     read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
     events = [decode_event(stored, thread_id) for stored in read.events]
     fold = fold_events(spec, thread_id, events)
     fold.epoch = read.record.epoch if read.record is not None else ""
     return fold
+
+
+def _reads_saved_readings(env: Env) -> bool:
+    return takes(type(env.store), "aread", "from_reading")  # the sync read too
+
+
+def restore_reading(spec: AgentSpec, thread_id: str, stored: StoredEvent) -> ThreadFold:
+    """The fold a saved reading holds (SPEC rule 10: damage raises, naming the thread and event)."""
+    what = f"saved reading at record {stored.seq}"
+    raw = unpack_payload(stored.payload, thread_id, what, stored.seq)
+    data = loads(raw, thread_id=thread_id, seq=stored.seq, record=what)
+    return ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq)
 
 
 def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:

@@ -1,0 +1,320 @@
+"""Saved readings: a new process loads a long thread without folding its whole log.
+
+Now and then (every ``READING_EVERY`` events) a run's last append also keeps the whole
+state at the new head, the thread's *saved reading*; ``read(from_reading=True)`` gives
+it back with only the events after it. SPEC §6: loading a thread for resume must not
+cost more with every past checkpoint. Every test runs on every backend; the protocol
+ones sync and async.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _stores import Location, Store, approve, build_agent, config, start
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_store_protocol import ev, rec
+
+from handrail import Command, InMemorySaver
+from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
+from handrail.errors import ConflictError, SerializationError
+from handrail.runtime import effects
+from handrail.runtime.events import decode_event
+from handrail.runtime.reading import fold_events
+
+
+def reading(seq: int, payload: bytes = b"state") -> StoredEvent:
+    return StoredEvent(seq=seq, kind="reading", created_at=float(seq), payload=payload + str(seq).encode())
+
+
+# The protocol ---------------------------------------------------------------------------------
+async def test_a_saved_reading_comes_back_with_only_the_events_after_it(store: Store) -> None:
+    await store.append("t", [ev(1), ev(2), ev(3)], expected_seq=0, record=rec("t", 3))
+    await store.append("t", [ev(4), ev(5)], expected_seq=3, record=rec("t", 5), reading=reading(5))
+    await store.append("t", [ev(6)], expected_seq=5, record=rec("t", 6))
+
+    read = await store.read("t", from_reading=True)
+    assert read.reading == reading(5)
+    assert [e.seq for e in read.events] == [6]
+    assert read.record is not None and read.record.head_seq == 6
+    # without the flag, or with a range, a read is what it always was
+    for plain in (await store.read("t"), await store.read("t", after_seq=2, from_reading=True)):
+        assert plain.reading is None
+    assert [e.seq for e in (await store.read("t")).events] == [1, 2, 3, 4, 5, 6]
+    assert [e.seq for e in (await store.read("t", after_seq=2, from_reading=True)).events] == [3, 4, 5, 6]
+    assert [e.seq for e in (await store.read("t", upto_seq=4, from_reading=True)).events] == [1, 2, 3, 4]
+
+
+async def test_a_later_reading_takes_the_place_of_the_earlier_one(store: Store) -> None:
+    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1), reading=reading(1))
+    await store.append("t", [ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(3, b"new"))
+    read = await store.read("t", from_reading=True)
+    assert read.reading == reading(3, b"new") and read.events == []
+
+
+async def test_a_thread_without_a_reading_is_read_whole(store: Store) -> None:
+    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2))
+    read = await store.read("t", from_reading=True)
+    assert read.reading is None and [e.seq for e in read.events] == [1, 2]
+    nothing = await store.read("unknown", from_reading=True)
+    assert nothing == ThreadRead(record=None, events=[])
+
+
+async def test_a_reading_of_another_event_than_the_new_head_is_refused(store: Store) -> None:
+    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1))
+    with pytest.raises(ValueError, match="must be of the new head"):
+        await store.append("t", [ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(2))
+    read = await store.read("t", from_reading=True)
+    assert read.reading is None and [e.seq for e in read.events] == [1]
+
+
+async def test_a_conflicting_append_saves_no_reading(store: Store) -> None:
+    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2))
+    with pytest.raises(ConflictError):
+        await store.append("t", [ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(3))
+    assert (await store.read("t", from_reading=True)).reading is None
+
+
+async def test_deleting_or_pruning_a_thread_drops_its_reading(store: Store) -> None:
+    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2), reading=reading(2))
+    assert await store.delete_thread("t")
+    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1, epoch="e2"))
+    assert (await store.read("t", from_reading=True)).reading is None
+
+    await store.append("u", [ev(1), ev(2), ev(3)], expected_seq=0, record=rec("u", 3), reading=reading(3))
+    snapshot = StoredEvent(seq=2, kind="snapshot", created_at=2.0, payload=b"{}")
+    await store._call("prune", "u", upto_seq=2, snapshot=snapshot, keep_kinds=frozenset())
+    read = await store.read("u", from_reading=True)
+    assert read.reading is None and [e.seq for e in read.events] == [2, 3]
+
+
+# Agents -----------------------------------------------------------------------------------------
+def _grow(agent: Any, thread_id: str, turns: int) -> str:
+    """``turns`` reviewed turns on one thread; the last one left paused. Returns its interrupt."""
+    interrupt_id = start(agent, thread_id)
+    for turn in range(turns):
+        agent.invoke(approve(interrupt_id), config(thread_id))
+        interrupt_id = start(agent, thread_id, "touch_file" if turn % 2 else "write_file")
+    return interrupt_id
+
+
+class _Spy:
+    """Wraps a saver's ``read`` to see what a new agent asked the store for."""
+
+    def __init__(self, saver: Any) -> None:
+        self.reads: list[ThreadRead] = []
+        original = saver.read
+
+        def read(thread_id: str, **options: Any) -> ThreadRead:
+            result: ThreadRead = original(thread_id, **options)
+            self.reads.append(result)
+            return result
+
+        saver.read = read
+
+
+def test_a_new_agent_loads_a_long_thread_from_its_saved_reading(
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(effects, "READING_EVERY", 25)
+    log = tmp_path / "tool.log"
+    first = build_agent(location.saver(), log)
+    interrupt_id = _grow(first, "t", 12)
+
+    saver = location.saver()
+    spy = _Spy(saver)
+    second = build_agent(saver, log)
+    state = second.get_state(config("t"))
+    (read,) = spy.reads
+    assert read.reading is not None and read.record is not None
+    assert len(read.events) < 25 <= read.reading.seq  # it folded only what came after the reading
+    assert read.reading.seq + len(read.events) == read.record.head_seq
+
+    # exactly the state, history and pending review a full reading of the log gives
+    full = build_agent(location.saver(), log)
+    expected = full.get_state(config("t"))
+    assert state.values == expected.values and state.next == expected.next
+    assert state.config == expected.config and state.metadata == expected.metadata
+    assert state.parent_config == expected.parent_config and state.created_at == expected.created_at
+    assert [i.id for i in state.interrupts] == [interrupt_id]
+    assert list(second.get_state_history(config("t"))) == list(full.get_state_history(config("t")))
+
+    # and it goes on from there: the resume runs the tool once
+    lines = len(log.read_text().splitlines())
+    second.invoke(approve(interrupt_id), config("t"))
+    assert len(log.read_text().splitlines()) == lines + 1
+
+
+def test_each_saved_reading_folds_to_the_same_thread_as_the_log(
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold restored from every reading saved along the way equals folding the log up to it."""
+    monkeypatch.setattr(effects, "READING_EVERY", 7)
+    saver = location.saver()
+    agent = build_agent(saver, tmp_path / "tool.log")
+    seen: set[int] = set()
+    interrupt_id = start(agent, "t")
+    for turn in range(8):
+        decision = [{"type": "approve"}] if turn % 3 else [{"type": "reject", "message": f"no {turn}"}]
+        agent.invoke(Command(resume={interrupt_id: {"decisions": decision}}), config("t"))
+        interrupt_id = start(agent, "t")
+        read = saver.read("t", from_reading=True)
+        assert read.reading is not None
+        if read.reading.seq in seen:
+            continue
+        seen.add(read.reading.seq)
+        spec = agent._spec
+        restored = _restore(spec, read.reading)
+        log = [decode_event(e, "t") for e in saver.read("t", upto_seq=read.reading.seq).events]
+        folded = fold_events(spec, "t", log)
+        folded.epoch = restored.epoch = ""
+        folded.reading_seq = restored.reading_seq
+        assert _slots(restored) == _slots(folded)
+    assert len(seen) >= 3
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    every=st.integers(min_value=2, max_value=15),
+    answers=st.lists(st.sampled_from(["approve", "reject", "edit", "respond"]), min_size=1, max_size=8),
+)
+def test_any_saved_reading_restores_the_fold_exactly(tmp_path: Path, every: int, answers: list[str]) -> None:
+    """Whatever the decisions and however often readings are saved, a restored reading is
+    the fold of the log up to it, slot for slot (memory store)."""
+    saver = InMemorySaver()
+    agent = build_agent(saver, tmp_path / "tool.log")
+    interrupt_id = start(agent, "t")
+    original = effects.READING_EVERY
+    effects.READING_EVERY = every
+    try:
+        for n, answer in enumerate(answers):
+            decision: dict[str, Any] = {"type": answer}
+            if answer == "edit":
+                decision["edited_action"] = {"name": "write_file", "args": {"path": f"edited-{n}"}}
+            if answer == "respond":
+                decision["message"] = f"answered {n}"
+            agent.invoke(Command(resume={interrupt_id: {"decisions": [decision]}}), config("t"))
+            interrupt_id = start(agent, "t")
+            read = saver.read("t", from_reading=True)
+            if read.reading is None:
+                continue
+            restored = _restore(agent._spec, read.reading)
+            log = [decode_event(e, "t") for e in saver.read("t", upto_seq=read.reading.seq).events]
+            folded = fold_events(agent._spec, "t", log)
+            folded.reading_seq, folded.epoch = restored.reading_seq, restored.epoch
+            assert _slots(restored) == _slots(folded)
+    finally:
+        effects.READING_EVERY = original
+
+
+def _restore(spec: Any, stored: StoredEvent) -> Any:
+    from handrail.runtime.reading import restore_reading
+
+    return restore_reading(spec, "t", stored)
+
+
+def _slots(fold: Any) -> dict[str, Any]:
+    return {name: getattr(fold, name) for name in type(fold).__slots__ if name != "reducers"}
+
+
+def test_a_damaged_reading_fails_loudly_naming_thread_and_event(
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC rule 10 for saved readings: never loaded as something else."""
+    monkeypatch.setattr(effects, "READING_EVERY", 5)
+    saver = location.saver()
+    agent = build_agent(saver, tmp_path / "tool.log")
+    _grow(agent, "t", 2)
+    read = saver.read("t", from_reading=True)
+    assert read.reading is not None and read.record is not None
+    head = read.record.head_seq
+    for payload in (b"", b"\x03garbage", b'{"values": 1}', b"[]", read.reading.payload[:-5]):
+        damaged = StoredEvent(seq=head + 1, kind="reading", created_at=1.0, payload=payload)
+        saver.append(
+            "t",
+            [
+                StoredEvent(
+                    seq=head + 1, kind="step", created_at=1.0, payload=b'{"step":"x","values":null,"next":[]}'
+                )
+            ],
+            expected_seq=head,
+            record=_moved(read.record, head + 1),
+            reading=damaged,
+        )
+        head += 1
+        with pytest.raises(SerializationError, match=rf"thread 't', saved reading at record {head}") as info:
+            build_agent(location.saver(), tmp_path / "tool.log").get_state(config("t"))
+        assert info.value.thread_id == "t" and info.value.seq == head
+
+
+_EMPTY_STEP = b'{"step":"x","values":null,"next":[]}'
+
+
+def _moved(record: ThreadRecord, head: int) -> ThreadRecord:
+    return ThreadRecord(
+        thread_id=record.thread_id,
+        head_seq=head,
+        status=record.status,
+        epoch=record.epoch,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        metadata=record.metadata,
+        pending=record.pending,
+    )
+
+
+class _OldSaver(InMemorySaver):
+    """A store written before saved readings: its append and read take neither keyword."""
+
+    def append(  # type: ignore[override]
+        self,
+        thread_id: str,
+        events: Any,
+        *,
+        expected_seq: int,
+        record: ThreadRecord,
+        claim: str | None = None,
+        release: str | None = None,
+    ) -> None:
+        super().append(
+            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+        )
+
+    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:  # type: ignore[override]
+        return super().read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
+
+
+async def test_a_store_written_before_saved_readings_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(effects, "READING_EVERY", 3)
+    saver = _OldSaver()
+    agent = build_agent(saver, tmp_path / "tool.log")
+    interrupt_id = _grow(agent, "t", 3)
+    again = build_agent(saver, tmp_path / "tool.log")
+    await again.ainvoke(approve(interrupt_id), config("t"))
+    state = await again.aget_state(config("t"))
+    assert state.next == () and state.values["messages"][-1].content == "done"
+
+
+def test_time_travel_after_a_saved_reading_reads_the_whole_log(
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch back past the saved reading needs the older log: the load falls back to it."""
+    monkeypatch.setattr(effects, "READING_EVERY", 10)
+    log = tmp_path / "tool.log"
+    agent = build_agent(location.saver(), log)
+    _grow(agent, "t", 4)
+    ended = [h for h in agent.get_state_history(config("t")) if not h.next and not h.interrupts]
+    monkeypatch.setattr(effects, "READING_EVERY", 10_000)  # the branch's run saves none
+    agent.invoke({"messages": ["write_file:again"]}, ended[-1].config)  # a branch from an old checkpoint
+    saver = location.saver()
+    after = saver.read("t", from_reading=True)
+    assert after.reading is not None and "branch" in [e.kind for e in after.events]
+    fresh = build_agent(saver, log).get_state(config("t"))
+    full = agent.get_state(config("t"))
+    assert fresh.values == full.values and fresh.next == full.next
+    assert [i.id for i in fresh.interrupts] == [i.id for i in full.interrupts]
