@@ -129,13 +129,18 @@ def _default(obj: Any) -> Any:
     return {TAG: name, **encode(obj)}
 
 
-def dumps(value: Any, *, where: str = "value") -> bytes:
-    """Serialise ``value`` to JSON bytes; raise :class:`SerializationError` naming ``where``."""
+def dumps(value: Any, *, where: str | Callable[[], str] = "value") -> bytes:
+    """Serialise ``value`` to JSON bytes; raise :class:`SerializationError` naming ``where``.
+
+    ``where`` may be a function that returns the name, called only when there is an
+    error to report (a hot path need not format it every time).
+    """
     try:
         return orjson.dumps(value, default=_default, option=_OPTIONS)
     except TypeError as exc:
         reason = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
-        raise SerializationError(f"cannot store {where}: {reason}") from None
+        named = where if isinstance(where, str) else where()
+        raise SerializationError(f"cannot store {named}: {reason}") from None
 
 
 def loads(

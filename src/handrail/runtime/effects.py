@@ -409,7 +409,9 @@ def thread_record(fold: ThreadFold) -> ThreadRecord:
                 payload=_inbox_payload(record, fold.thread_id),
             )
             for record in fold.pending.values()
-        ),
+        )
+        if fold.pending
+        else (),
     )
 
 

@@ -189,7 +189,7 @@ def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None 
 
 def encode_event(event: Event, thread_id: str) -> StoredEvent:
     """Serialise an event for the store (compressing larger payloads)."""
-    payload = pack_payload(dumps(event.data, where=f"{event.kind} event of thread {thread_id!r}"))
+    payload = pack_payload(dumps(event.data, where=lambda: f"{event.kind} event of thread {thread_id!r}"))
     return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
 
 

@@ -213,7 +213,7 @@ class ThreadFold:
                 seq=event.seq,
             )
         try:
-            getattr(self, f"_apply_{event.kind}")(event.data, event)
+            _APPLY[event.kind](self, event.data, event)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SerializationError(
                 f"cannot load thread {self.thread_id!r}, record {event.seq}: damaged "
@@ -518,6 +518,14 @@ class ThreadFold:
 
     def _apply_messages(self, update: Iterable[BaseMessage]) -> None:
         self._message_index = merge_messages_into(self.messages, self._message_index, update)
+
+
+# what applies each kind of event (``branch`` is the loader's: see ``reading.advance``)
+_APPLY: dict[str, Callable[[ThreadFold, dict[str, Any], Event], None]] = {
+    name.removeprefix("_apply_"): method
+    for name, method in vars(ThreadFold).items()
+    if name.startswith("_apply_") and name not in ("_apply_values", "_apply_messages")
+}
 
 
 def pending_tool_calls(messages: list[BaseMessage]) -> tuple[AIMessage | None, list[dict[str, Any]]]:

@@ -199,7 +199,7 @@ def _finish_step(
                     f"step {step!r} returned jump_to={jump!r}; expected one of {list(JUMP_TARGETS)}"
                 )
             data["jump_to"] = jump
-        unknown = sorted(k for k in values if k not in env.spec.state_keys)
+        unknown = [] if env.spec.state_keys.issuperset(values) else sorted(set(values) - env.spec.state_keys)
         if unknown:
             raise InvalidInputError(
                 f"step {step!r} returned unknown state key(s) {unknown}; declare them in a "
