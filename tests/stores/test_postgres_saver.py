@@ -472,3 +472,25 @@ def test_a_version_1_schema_is_migrated_with_its_inbox(postgres: str, schema: st
         (2,),
         (3,),
     ]
+
+
+class _Version2(PostgresSaver):
+    def schema_migrations(self) -> tuple[Migration, ...]:
+        return super().schema_migrations()[:2]
+
+
+def test_a_version_2_schema_gets_saved_readings_and_keeps_its_threads(postgres: str, schema: str) -> None:
+    """Version 3 adds handrail_readings: a thread written before it reads whole, then gets one."""
+    with _Version2.from_conn_string(postgres, schema=schema) as old:
+        old.setup()
+        old.append("t", events(1, 3), expected_seq=0, record=record("t", 3))
+    with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
+        read = saver.read("t", from_reading=True)
+        assert read.reading is None and [e.seq for e in read.events] == [1, 2, 3]
+        reading = StoredEvent(4, "reading", 4.0, b"state")
+        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4), reading=reading)
+        read = saver.read("t", from_reading=True)
+        assert read.reading == reading and read.events == []
+    assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
+        (v,) for v in range(1, OURS + 1)
+    ]

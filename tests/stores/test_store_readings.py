@@ -9,6 +9,7 @@ ones sync and async.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.errors import ConflictError, SerializationError
 from handrail.runtime import effects
 from handrail.runtime.events import decode_event
-from handrail.runtime.reading import fold_events
+from handrail.runtime.reading import fold_events, restore_reading
 
 
 def reading(seq: int, payload: bytes = b"state") -> StoredEvent:
@@ -166,13 +167,7 @@ def test_each_saved_reading_folds_to_the_same_thread_as_the_log(
         if read.reading.seq in seen:
             continue
         seen.add(read.reading.seq)
-        spec = agent._spec
-        restored = _restore(spec, read.reading)
-        log = [decode_event(e, "t") for e in saver.read("t", upto_seq=read.reading.seq).events]
-        folded = fold_events(spec, "t", log)
-        folded.epoch = restored.epoch = ""
-        folded.reading_seq = restored.reading_seq
-        assert _slots(restored) == _slots(folded)
+        _assert_restores_the_log(agent, saver, read.reading)
     assert len(seen) >= 3
 
 
@@ -199,21 +194,19 @@ def test_any_saved_reading_restores_the_fold_exactly(tmp_path: Path, every: int,
             agent.invoke(Command(resume={interrupt_id: {"decisions": [decision]}}), config("t"))
             interrupt_id = start(agent, "t")
             read = saver.read("t", from_reading=True)
-            if read.reading is None:
-                continue
-            restored = _restore(agent._spec, read.reading)
-            log = [decode_event(e, "t") for e in saver.read("t", upto_seq=read.reading.seq).events]
-            folded = fold_events(agent._spec, "t", log)
-            folded.reading_seq, folded.epoch = restored.reading_seq, restored.epoch
-            assert _slots(restored) == _slots(folded)
+            if read.reading is not None:
+                _assert_restores_the_log(agent, saver, read.reading)
     finally:
         effects.READING_EVERY = original
 
 
-def _restore(spec: Any, stored: StoredEvent) -> Any:
-    from handrail.runtime.reading import restore_reading
-
-    return restore_reading(spec, "t", stored)
+def _assert_restores_the_log(agent: Any, saver: Any, stored: StoredEvent) -> None:
+    """The fold a saved reading holds is the fold of the log up to it, slot for slot."""
+    restored = restore_reading(agent._spec, "t", stored)
+    log = [decode_event(e, "t") for e in saver.read("t", upto_seq=stored.seq).events]
+    folded = fold_events(agent._spec, "t", log)
+    folded.reading_seq, folded.epoch = restored.reading_seq, restored.epoch  # the store's to know
+    assert _slots(restored) == _slots(folded)
 
 
 def _slots(fold: Any) -> dict[str, Any]:
@@ -254,16 +247,7 @@ _EMPTY_STEP = b'{"step":"x","values":null,"next":[]}'
 
 
 def _moved(record: ThreadRecord, head: int) -> ThreadRecord:
-    return ThreadRecord(
-        thread_id=record.thread_id,
-        head_seq=head,
-        status=record.status,
-        epoch=record.epoch,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-        metadata=record.metadata,
-        pending=record.pending,
-    )
+    return dataclasses.replace(record, head_seq=head)
 
 
 class _OldSaver(InMemorySaver):
