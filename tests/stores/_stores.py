@@ -360,6 +360,10 @@ def finished(values: dict[str, Any]) -> bool:
 
 # The worker ---------------------------------------------------------------------------------
 def _run_command(command: dict[str, Any], notify: Callable[[str], None]) -> dict[str, Any]:
+    if command.get("reading_every"):  # save the whole state that often (a forked child: its own copy)
+        from handrail.runtime import effects
+
+        effects.READING_EVERY = command["reading_every"]
     if command.get("async"):
         return asyncio.run(_resume_async(command, notify))
     saver = open_saver(command["store"])
@@ -428,18 +432,27 @@ class KillingSaver(BaseCheckpointSaver):
         record: ThreadRecord,
         claim: str | None = None,
         release: str | None = None,
+        **options: Any,  # durable=, reading=
     ) -> None:
         self.appends += 1
         if self.appends == self.at and self.when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
         self.inner.append(
-            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
+            thread_id,
+            events,
+            expected_seq=expected_seq,
+            record=record,
+            claim=claim,
+            release=release,
+            **options,
         )
         if self.appends == self.at and self.when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:
-        result: ThreadRead = self.inner.read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
+    def read(
+        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, **options: Any
+    ) -> ThreadRead:
+        result: ThreadRead = self.inner.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **options)
         return result
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:

@@ -260,8 +260,12 @@ def _recover(agent: Agent, thread_id: str) -> tuple[Any, int]:
 
 def _kill_points() -> list[dict[str, Any]]:
     shuffle = random.Random(7)
+    # every other point also saves the whole state at the end of each run (a saved reading),
+    # so that kills fall on those appends too and recovery starts from a reading
     points: list[dict[str, Any]] = [
-        {"kill_at": [n, when]} for n in range(1, 11) for when in ("before", "after")
+        {"kill_at": [n, when], "reading_every": 2 * (n % 2)}
+        for n in range(1, 11)
+        for when in ("before", "after")
     ]
     points.append({"tool_mode": "kill"})
     points += [{"kill_after": shuffle.uniform(0.0, 0.06)} for _ in range(10)]
@@ -274,6 +278,7 @@ def test_killed_at_any_point_the_thread_reloads_and_resumes(
     log = tmp_path / "tool.log"
     saver = durable_location.saver()
     kinds = set()
+    readings = 0
     for n, point in enumerate(_kill_points()):
         thread_id = f"k{n}"
         report = forks.run(
@@ -282,6 +287,7 @@ def test_killed_at_any_point_the_thread_reloads_and_resumes(
         assert report["exit"] == 0 or report["killed"], report
         dead(saver, thread_id)
 
+        readings += saver.read(thread_id, from_reading=True).reading is not None
         read = saver.read(thread_id)  # the log is whole: numbered without gaps, up to the head
         assert [e.seq for e in read.events] == list(range(1, len(read.events) + 1))
         assert (read.record.head_seq if read.record else 0) == len(read.events)
@@ -304,3 +310,4 @@ def test_killed_at_any_point_the_thread_reloads_and_resumes(
         # ran once, or a second time only because a person approved an unknown outcome
         assert log_lines(log).count(thread_id) == max(1, ran_before + unknowns), point
     assert (1, True) in kinds and (0, False) in kinds  # killed both inside and outside the tool
+    assert readings >= 5  # recovered from a saved reading, too
