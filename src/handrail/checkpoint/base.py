@@ -102,7 +102,12 @@ class ThreadRecord:
 
 @dataclass(frozen=True, slots=True)
 class ThreadRead:
-    """What :meth:`BaseCheckpointSaver.read` returns: the record and the events asked for."""
+    """What :meth:`BaseCheckpointSaver.read` returns: the record and the events asked for.
+
+    With ``read(..., from_reading=True)``, ``reading`` is the thread's saved reading (an
+    opaque payload of the state at event ``reading.seq``) when it has one, and
+    ``events`` are only those after it.
+    """
 
     record: ThreadRecord | None
     events: list[StoredEvent]
