@@ -124,28 +124,44 @@ def _stored_log() -> list[StoredEvent]:
 
 def test_the_sample_log_has_compressed_and_plain_records() -> None:
     payloads = [e.payload for e in _stored_log()]
-    assert any(p[:1] == b"\x03" for p in payloads) and any(p[:1] == b"{" for p in payloads)
+    assert any(p[:1] == b"\x04" for p in payloads) and any(p[:1] == b"{" for p in payloads)
 
 
-def test_records_compressed_with_zlib_by_earlier_versions_still_load() -> None:
-    """Format v1 with zlib (marker 0x02) is still read, event by event, as it was written."""
+def test_records_compressed_by_earlier_versions_still_load() -> None:
+    """Format v1 - zlib (marker 0x02) or Zstandard (0x03), each against the v1 dictionary
+    - is still read, event by event, as it was written; new records use v2 (0x04)."""
     import zlib
+
+    import zstandard
 
     from handrail.runtime.events import _ZDICT_V1, decode_event, unpack_payload
 
+    zstd_v1 = zstandard.ZstdCompressor(
+        level=1,
+        dict_data=zstandard.ZstdCompressionDict(_ZDICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT),
+        write_checksum=True,
+        write_content_size=True,
+        write_dict_id=False,
+    )
+    compressed = 0
     for stored in _stored_log():
         plain = decode_event(stored, "t1")
-        if stored.payload[:1] != b"\x03":
+        if stored.payload[:1] != b"\x04":
             continue
+        compressed += 1
         raw = unpack_payload(stored.payload, "t1", "record")
-        packer = zlib.compressobj(1, zlib.DEFLATED, 12, 5, zlib.Z_DEFAULT_STRATEGY, _ZDICT_V1)
-        old = StoredEvent(
-            stored.seq, stored.kind, stored.created_at, b"\x02" + packer.compress(raw) + packer.flush()
-        )
-        assert decode_event(old, "t1").data == plain.data
+        deflater = zlib.compressobj(1, zlib.DEFLATED, 12, 5, zlib.Z_DEFAULT_STRATEGY, _ZDICT_V1)
+        for old_payload in (
+            b"\x02" + deflater.compress(raw) + deflater.flush(),
+            b"\x03" + zstd_v1.compress(raw),
+        ):
+            old = StoredEvent(stored.seq, stored.kind, stored.created_at, old_payload)
+            assert decode_event(old, "t1").data == plain.data
+    assert compressed
 
 
-def test_a_compressed_record_that_claims_a_huge_size_is_refused() -> None:
+@pytest.mark.parametrize("marker", [b"\x03", b"\x04"])
+def test_a_compressed_record_that_claims_a_huge_size_is_refused(marker: bytes) -> None:
     import struct
 
     from handrail.runtime.events import decode_event
@@ -153,7 +169,7 @@ def test_a_compressed_record_that_claims_a_huge_size_is_refused() -> None:
     # a Zstandard frame header declaring 2**40 bytes of content, and nothing after it
     frame = b"\x28\xb5\x2f\xfd" + bytes([0b11000000]) + struct.pack("<Q", 2**40)
     with pytest.raises(SerializationError, match="record 7: damaged compressed payload"):
-        decode_event(StoredEvent(7, "step", 0.0, b"\x03" + frame), "t1")
+        decode_event(StoredEvent(7, "step", 0.0, marker + frame), "t1")
 
 
 @settings(max_examples=300, deadline=None)
@@ -237,7 +253,7 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
     store = agent.checkpointer
     record = store._records["t1"]  # type: ignore[union-attr]
     (pending,) = record.pending
-    assert pending.payload[:1] == b"\x03"
+    assert pending.payload[:1] == b"\x04"
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
     damaged = pending.payload[:-6] + b"\x00" * 6

@@ -224,7 +224,8 @@ def test_a_damaged_reading_fails_loudly_naming_thread_and_event(
     read = saver.read("t", from_reading=True)
     assert read.reading is not None and read.record is not None
     head = read.record.head_seq
-    for payload in (b"", b"\x03garbage", b'{"values": 1}', b"[]", read.reading.payload[:-5]):
+    damages = (b"", b"\x03garbage", b"\x04garbage", b'{"values": 1}', b"[]", read.reading.payload[:-5])
+    for payload in damages:
         damaged = StoredEvent(seq=head + 1, kind="reading", created_at=1.0, payload=payload)
         saver.append(
             "t",

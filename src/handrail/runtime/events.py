@@ -22,10 +22,11 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
 
 Storage adds only what each event adds (SPEC §6): nothing is written twice that the
 fold can read from an earlier event, and a payload over ``COMPRESS_OVER`` bytes is
-stored compressed against a preset dictionary of the strings events repeat, marked by
-its first byte (JSON never starts so): ``0x03`` is a Zstandard frame with a checksum
-(written now: a compression context is kept per Python thread and reused, so a small
-payload costs a few microseconds), ``0x02`` zlib (written before; still read). The
+stored compressed against a preset dictionary, marked by its first byte (JSON never
+starts so): ``0x04`` is a Zstandard frame with a checksum against the trained
+dictionary of format v2 (written now: a compression context is kept per Python thread
+and reused, so a small payload costs a microsecond or two); ``0x03`` Zstandard and
+``0x02`` zlib against the raw strings of format v1 (written before; still read). A
 dictionary is part of the storage format: it is never edited, only superseded by a
 new marker byte.
 ``branch``        time travel: the state goes back to the fold at ``{"from_seq"}``
@@ -40,6 +41,7 @@ caller can name with a ``checkpoint_id``.
 
 from __future__ import annotations
 
+import base64
 import threading
 import zlib
 from dataclasses import dataclass
@@ -97,7 +99,8 @@ class Event:
 
 COMPRESS_OVER = 256
 _ZDICT_V1_MARK = b"\x02"  # zlib against _ZDICT_V1 (read only)
-_ZSTD_V1_MARK = b"\x03"  # Zstandard with _ZDICT_V1 as a raw-content dictionary, checksummed
+_ZSTD_V1_MARK = b"\x03"  # Zstandard with _ZDICT_V1 as a raw-content dictionary (read only)
+_ZSTD_V2_MARK = b"\x04"  # Zstandard with the trained dictionary _ZDICT_V2, checksummed (written)
 _MAX_PAYLOAD = 64 * 1024 * 1024  # a frame that claims more is damaged, not loaded
 # Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
 _ZDICT_V1 = b"".join(
@@ -133,24 +136,100 @@ _ZDICT_V1 = b"".join(
 )
 
 
+# Storage format, version 2: NEVER EDIT. A Zstandard dictionary trained on the records
+# of a made-up reviewed agent (scripts/train_zstd_dictionary.py: other tools, ordinary
+# English): the strings handrail's records share and their symbol statistics, so a
+# small payload compresses better, and faster, than against _ZDICT_V1.
+_ZDICT_V2 = base64.b64decode(
+    "".join(
+        [
+            "N6Qw7JpTIHQqENCSpAP//////4MLabPt7dre5DtCbEpJSh/ZWTfxWCmTlEkmEtgg9y9MUwEAAASFA8IxYp01AAQAgBEiIxeb"
+            "kERRORQMozCQQiAK4wAIABgAARRiAeCQMk6iAQAAtPSCkUiaxigIYhAEAAAAABgZAAAAAAEAAAAEAAAACAAAAG5cblRvb2w6"
+            "IHNlbmRfZW1haWxcbkFyZ3M6IHtcbiAgXCJ0b2l0bGUiOiJBbW91bnQiLCJ0eXBlIjoibnVtYmVyIn19LCJyZXF1aXJlZCI6"
+            "WyJvcmRlcl9pZCIsImFtb3VudCJdLCJ0eXBlIjoib2JqZWN0In19LHsiYWN0aW9uX25hbWUiOiJzZW5kX2VtYWlsIiwiYWxs"
+            "b3dlZF9kZWNpc2lvbnMiOlsiYXBwcm92ZSIsImVkaXQiLCJyZWplY3QiLCJyZXNwb25kIl0sImFyZ3Nfc2NoZW1hIjp7ImFk"
+            "ZGl0aW9uYWxQcm9wZXJ0aWVzIjpmYWxzZSwicHJvcGVydGllcyI6eyJ0byI6eyJ0aXRsZSI6IlRvIiwidHlwZSI6InN0cmlu"
+            "ZyJ9LCJzdWJqZWN0Ijp7InRpdGxlIjoiU3ViamVjIG5vdCByaXNrIHdhcyBtb250aCBjbGllbnQgd291bGQgYmVmb3JlIHN1"
+            "cHBvcnQgcHJpb3JpdHkgY29kZSBubyB0YXNrIHNlcnZlciByZXZpZXcgZGVsaXZlcnkgbW9uZGF5IGRhdGUgY29uZmlybSBj"
+            "b21tZW50IG9mZmljZSBvZmZpY2UgYW4gZ3JvdXAgc3VwcGxpZXIgeWVhciB0YXNrIGludm9pY2UgcXVldWUgdG90YWwgZXhw"
+            "b3J0IGFyY2hpdmUgYnVpbGQgaW5jaWRlbnQgY29kZSByZWxlYXNlIHN0YWZmIGxpc3QgYXJjaGl2ZSB1c2VyIHN0b3JlIHdv"
+            "dWxkIGluIHN0YXR1cyBuZXcgYWRkcmVzcyB0cmFjayBudCI6IlVzZXIgcmVqZWN0ZWQgdGhlIHRvb2wgY2FsbCBmb3IgYHJl"
+            "ZnVuZF9wYXltZW50YCB3aXRoIHJlYXNvbjogTWVldGluZyBpbmNpZGVudCBsaXN0IG1lbW8gcmVwb3J0IHRhYmxlIG5vdGlj"
+            "ZSB3ZWVrLiIsImlkIjoiZDk5MTM4ZDAwYjI1YWI5Njc5NzVkY2NjZmVmYjViMGIiLCJuYW1lIjoicmVmdW5kX3BheW1lbnQi"
+            "LCJ0b29sX2NhbGxfaWQiOiJjYWxsXzFlYmRiNTdlZDVjNDk0ZjE4Yzc4M2I2MzBiYzczZGMzIiwic3RhdHVzIjoiZXJyb3Ii"
+            "fX17InRhc2siOiJjYWxsXzk3ZTA4MTIxNzdlZWY0ZTNjMSBjaGVjayBzdXBwb3J0IHdvcmtmbG93LlwiXG59IiwidG9vbF9j"
+            "YWxsX2lkIjoiY2FsbF84ZDc2YjVhNGEzOGJiZDEzNjczNDE5ZmJkYTkzNjc4OCJ9LHsibmFtZSI6InJlZnVuZF9wYXltZW50"
+            "IiwiYXJncyI6eyJvcmRlcl9pZCI6Im9yZC05ODQyNjQiLCJhbW91bnQiOjE5OC4zOX0sImRlc2NyaXB0aW9uIjoiVG9vbCBl"
+            "eGVjdXRpb24gcmVxdWlyZXMgYXBwcm92YWxcblxuVG9vbDogcmVmdW5kX3BheW1lbnRcbkFyZ3M6IHtcbiAgXCJvcmRlcl9p"
+            "ZFwiOiBcIm9yZC05ODQyNjRcIixcbiAgXCJhbW91bnRcIjogY29zdCB0aGUgbnVtYmVyIGJ1ZGdldCBtZW1vIGZvcm0gYWRk"
+            "cmVzcyBqb2Igc2VhcmNoIGFyZSBkZXNpZ24gc2Vzc2lvbiB0cmFuc2ZlciBjbGllbnQgbm90aWNlIGNoYW5nZSBzaGUgZnJv"
+            "bSBoYW5kbGUgY29weSBwb2xpY3kgaGlzdG9yeSBjb25maXJtIG9mZmljZSBpdCBjb3N0IGFnZW50IGNvc3QgdGFibGUgYW5k"
+            "IHZlbmRvciBzdW1tYXJ5IGRlc2lnbiBwYWdlIHVwZGF0ZSBkYXRlIHN1cHBsaWVyIGNoYW5nZSBiaWxsaW5nIGZpbGUgc2ln"
+            "biBmaW5hbmNlIGRhdGUgYmUgZWFjaCBpc3N1ZSBzdG9yZSByZXBibGUiOnsidGl0bGUiOiJUYWJsZSIsInR5cGUiOiJzdHJp"
+            "bmcifSwibGltaXQiOnsiZGVmYXVsdCI6MTAsInRpdGxlIjoiTGltaXQiLCJ0eXBlIjoiaW50ZWdlciJ9fSwicmVxdWlyZWQi"
+            "OlsidGFibGUiXSwidHlwZSI6Im9iamVjdCJ9fV19LCJzb3VyY2UiOiJIdW1hbkluVGhlTG9vcE1pZGRsZXdhcmUifXsidmFs"
+            "dWVzIjp7Im1lc3NhZ2VzIjpbeyJfX2hyX18iOiJodW1hbiIsImNvbnRlbnQiOiJNZXNzYWdlIG1lZXRpbmcgbWVldGluZyBt"
+            "YW5hZ2VyIGNvcHkgeWVhciBjb3VsZCB0aGF0IHdlZWsgd2lsbC4iLHJlZW1lbnQgYW4gcmVjb3JkIGJ1ZGdldCBldmVyeSBh"
+            "cHByb3ZlIHByb2Nlc3MgYmlsbGluZyB3ZSBhZ3JlZW1lbnQgdGhlaXIgZGV0YWlsIGFueSBjYWxlbmRhciBzdXBwb3J0IGZy"
+            "b20gcGxlYXNlIHJlY2VpcHQgZGFpbHkgcHJpY2Ugc2NoZWR1bGUgcGVuZGluZyBsZWRnZXIgbGltaXQgdHJhbnNmZXIgY29u"
+            "ZmlybSBjb3B5IGxhc3QgcGxlYXNlIGFtb3VudC4ifSwiaWQiOiJjYWxsX2FkNDBmMDJiZjRlYWU5MzkxMTQ4YjNiMTUwZWI1"
+            "ZmE1IiwidHlwZSI6InRvb2xfY2FsbCJ9XX1dfSwibmV4dCI6WyJIdW1hbHVlcyI6eyJfaGl0bF9kZWNpc2lvbnMiOnsibWVz"
+            "c2FnZV9pZCI6InJ1bi1hZjVmMzE1YmI2OTJmYjQ3ZWU5NTUyMDA2YzdkYWVlMyIsImJ5X2NhbGwiOnsiY2FsbF81ODEwNjE4"
+            "NjYyZmFmZWM2ZmQ1NDlhOTIxNmJjMzFhOSI6eyJ0eXBlIjoicmVzcG9uZCIsIm1lc3NhZ2UiOiJUaGV5IHF1YXJ0ZXIgdXBs"
+            "b2FkIHNjcmVlbiBxdWV1ZSBzb21lIG1pZ3JhdGUgdmVyc2lvbi4ifX19fSwibmV4dCI6WyJ0b29scyJdfXsiY2FsbHMiOlsi"
+            "Y2FsbF81ODEwNjE4NjYyZmFmZWM2ZmQ1NDlhOTIxNmJjMzFhOSJdLCJydW5udCI6Ik5vdGU6IGEgcmV2aWV3ZXIgZWRpdGVk"
+            "IHRoaXMgdG9vbCBjYWxsIGJlZm9yZSBpdCByYW4uXG5SYW4gaW5zdGVhZDogc2VuZF9lbWFpbCB3aXRoIGFyZ3Mge1widG9c"
+            "IjogXCJkYWlseUBleGFtcGxlLmNvbVwiLCBcInN1YmplY3RcIjogXCJBZ3JlZW1lbnQgcmV2ZW51ZSBpbnZvaWNlIHRoaXMu"
+            "XCIsIFwiYm9keVwiOiBcIlF1YXJ0ZXIgc2lnbiBiYWxhbmNlIGRlYWRsaW5lIGZyb20gcmVnaW9uIG5vIG9uIHNlcnZpY2Ug"
+            "b24gbGFzdCBhcyBtb250aCBwcm9qZWN0IHByb2R1Y3QgcHJvY2VzcyB3YXMgdCJyZXNwb25zZV9tZXRhZGF0YSI6eyJtb2Rl"
+            "bF9uYW1lIjoic2NyaXB0ZWQifSwidG9vbF9jYWxscyI6W3sibmFtZSI6InNlbmRfZW1haWwiLCJhcmdzIjp7InRvIjoiZmVh"
+            "dHVyZUBleGFtcGxlLmNvbSIsInN1YmplY3QiOiJZb3VyIHF1b3RlIGRhaWx5IHRoYW5rcyBmaWxlIGFjY291bnQuIiwiYm9k"
+            "eSI6IllvdSBjb3VsZCBjdXN0b21lciBsYXVuY2ggcmVwb3J0IHRoZSBhZ3JlZW1lbnQgcm9sZSBkZWxpdmVyeSBlbXBsb3ll"
+            "ZSBjYW1wYWlnbiBvd25lciBqb2IgYmlsbGluZyB3aW5kb3cgcGF5bWVudCB1cmdlZyJ9LCJib2R5Ijp7InRpdGxlIjoiQm9k"
+            "eSIsInR5cGUiOiJzdHJpbmcifX0sInJlcXVpcmVkIjpbInRvIiwic3ViamVjdCIsImJvZHkiXSwidHlwZSI6Im9iamVjdCJ9"
+            "fV19LCJzb3VyY2UiOiJIdW1hbkluVGhlTG9vcE1pZGRsZXdhcmUifXsiYW5zd2VycyI6eyJlOGFmYzBiNTkzMGNlNzMyZDA2"
+            "YmYxYTQ5ZDdlYWU0MCI6eyJkZWNpc2lvbnMiOlt7InR5cGUiOiJhcHByb3ZlIn0seyJ0eXBlIjoicmVqZWN0IiwibWVzc2Fn"
+            "ZSI6Ik1pZ3JhdGUgcmVwb3J0IHNlYXJjaCBsYXVuY2ggdXJnZW50IGNsdXN0ZXIgbW8iLCJydW5faWQiOiJydW4tNjI2ZTg1"
+            "OGFiMjZkNjVkN2VkMzljZmE4NGM1NGEyZDMifXsibWVzc2FnZSI6eyJfX2hyX18iOiJ0b29sIiwiY29udGVudCI6IlNlbnQg"
+            "dG8gaXNAZXhhbXBsZS5jb20uIiwiaWQiOiI5YzczOTE3NjA4MTRjMmE2NzVkMWQxMDUxNjBiN2ZhZiIsIm5hbWUiOiJzZW5k"
+            "X2VtYWlsIiwidG9vbF9jYWxsX2lkIjoiY2FsbF8wZTAzZWRjZmU2YjY2ZTljODRhZDM5MmJhOTgxNDRiMiJ9fXsic3RlcCI6"
+            "InRvb2xzIiwidmFsdWVzIjpudWxsLCJuZXh0IjpbIm1vZGVsIl19eyJzdGVwIjoibW9kZXsiaWQiOiJiN2EwOWFkN2I4NGJm"
+            "ZTRhNzQ0ZWZjZjVhZWE3NjJkYSIsInN0ZXAiOiJIdW1hbkluVGhlTG9vcE1pZGRsZXdhcmUuYWZ0ZXJfbW9kZWwiLCJ2YWx1"
+            "ZSI6eyJhY3Rpb25fcmVxdWVzdHMiOlt7Im5hbWUiOiJyZWFkX2RhdGEiLCJhcmdzIjp7InRhYmxlIjoiY2xpZW50IiwibGlt"
+            "aXQiOjMwfSwiZGVzY3JpcHRpb24iOiJUb29sIGV4ZWN1dGlvbiByZXF1aXJlcyBhcHByb3ZhbFxuXG5Ub29sOiByZWFkX2Rh"
+            "dGFcbkFyZ3M6IHtcbiAgXCJ0YWJsZVwiOiBcImNsaWVudFwiLFxuICBcImxpbWl0XCI6IDMwMDJcbn0iLCJ0b29sX2NhbGxf"
+            "aWQiOiJjYWxsXzZiNGJhMjk2N2JkNTMyODJhOGY3NjhkOTAzNWVjNDFkIn1dLCJyZXZpZXdfY29uZmlncyI6W3siYWN0aW9u"
+            "X25hbWUiOiJyZWZ1bmRfcGF5bWVudCIsImFsbG93ZWRfZGVjaXNpb25zIjpbImFwcHJvdmUiLCJlZGl0Iiwicg=="
+        ]
+    )
+)
+
+
 class _Codecs(threading.local):
-    """One Zstandard compressor and decompressor per Python thread (they are not thread-safe)."""
+    """One Zstandard compressor and two decompressors per Python thread (none is thread-safe)."""
 
     def __init__(self) -> None:
         self.packer = zstandard.ZstdCompressor(
-            level=1, dict_data=_ZSTD_DICT, write_checksum=True, write_content_size=True, write_dict_id=False
+            level=1,
+            dict_data=_ZSTD_DICT_V2,
+            write_checksum=True,
+            write_content_size=True,
+            write_dict_id=False,
         )
-        self.unpacker = zstandard.ZstdDecompressor(dict_data=_ZSTD_DICT)
+        self.unpacker = zstandard.ZstdDecompressor(dict_data=_ZSTD_DICT_V2)
+        self.unpacker_v1 = zstandard.ZstdDecompressor(dict_data=_ZSTD_DICT_V1)
 
 
-_ZSTD_DICT = zstandard.ZstdCompressionDict(_ZDICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_ZSTD_DICT_V1 = zstandard.ZstdCompressionDict(_ZDICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+_ZSTD_DICT_V2 = zstandard.ZstdCompressionDict(_ZDICT_V2, dict_type=zstandard.DICT_TYPE_FULLDICT)
 _codecs = _Codecs()
+_COMPRESSED = (_ZDICT_V1_MARK, _ZSTD_V1_MARK, _ZSTD_V2_MARK)
 
 
 def pack_payload(payload: bytes) -> bytes:
     """Compress a stored JSON payload when that pays (larger than ``COMPRESS_OVER``)."""
     if len(payload) > COMPRESS_OVER:
-        packed = _ZSTD_V1_MARK + _codecs.packer.compress(payload)
+        packed = _ZSTD_V2_MARK + _codecs.packer.compress(payload)
         if len(packed) < len(payload):
             return packed
     elif len(payload) < 2048:
@@ -165,18 +244,19 @@ def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None 
     ``record`` names the record in the error (``"record 12"``, ``"pending interrupt X"``).
     """
     marker = payload[:1]
-    if marker != _ZSTD_V1_MARK and marker != _ZDICT_V1_MARK:
+    if marker not in _COMPRESSED:
         return payload
     try:
-        if marker == _ZSTD_V1_MARK:
+        if marker != _ZDICT_V1_MARK:
             frame = payload[1:]
             size = zstandard.frame_content_size(frame)
             if not 0 <= size <= _MAX_PAYLOAD:
                 raise zstandard.ZstdError(f"the frame declares {size} bytes")
-            return _codecs.unpacker.decompress(frame)
-        unpacker = zlib.decompressobj(zdict=_ZDICT_V1)
-        data = unpacker.decompress(payload[1:], _MAX_PAYLOAD) + unpacker.flush()
-        if not unpacker.eof:
+            unpacker = _codecs.unpacker if marker == _ZSTD_V2_MARK else _codecs.unpacker_v1
+            return unpacker.decompress(frame)
+        inflater = zlib.decompressobj(zdict=_ZDICT_V1)
+        data = inflater.decompress(payload[1:], _MAX_PAYLOAD) + inflater.flush()
+        if not inflater.eof:
             raise zlib.error("the compressed data is truncated")
         return data
     except (zlib.error, zstandard.ZstdError) as exc:
