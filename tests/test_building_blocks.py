@@ -6,7 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
 
 from handrail import (
     AIMessage,
@@ -122,6 +124,54 @@ def test_tool_arguments_are_validated_with_every_problem_named() -> None:
     assert "x: Input should be a valid integer" in text
     assert "y: Field required" in text
     assert "z: Extra inputs are not permitted" in text
+
+
+@tool
+def _plain(name: str, count: int, ratio: float = 0.5, on: bool = False, note: str | None = None) -> str:
+    """Every kind of plain argument (the last one is not plain: the pydantic path)."""
+    return name
+
+
+@tool
+def _scalars(name: str, count: int, ratio: float = 0.5, on: bool = False) -> str:
+    """Plain scalars only."""
+    return name
+
+
+_ARGUMENT = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.binary(max_size=3),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    args=st.dictionaries(
+        st.sampled_from(["name", "count", "ratio", "on", "tag", "other"]), _ARGUMENT, max_size=6
+    )
+)
+def test_plain_arguments_checked_without_pydantic_get_what_pydantic_gives(args: dict[str, Any]) -> None:
+    """A signature of plain scalars takes a shortcut when the arguments are exactly right;
+    whatever the arguments, the values (or the errors) are pydantic's."""
+    assert _scalars._plain is not None and _plain._plain is None  # str | None is not plain
+    try:
+        expected: Any = {
+            k: getattr(m, k) for m in [_scalars.args_schema.model_validate(args)] for k in m.__dict__
+        }
+    except ValidationError:
+        expected = ToolArgumentsError
+    try:
+        got: Any = _scalars.validate_args(args)
+    except ToolArgumentsError:
+        got = ToolArgumentsError
+    assert got == expected
+    if got is not ToolArgumentsError:
+        assert [type(v) for v in got.values()] == [type(v) for v in expected.values()]
 
 
 def test_tool_options_and_explicit_schema() -> None:

@@ -85,6 +85,9 @@ class Tool:
         self.args_schema = args_schema or _schema_from_signature(
             func, self.name, arg_docs, self._runtime_params
         )
+        # a schema made from a signature of plain scalars is checked without pydantic
+        # when the arguments are exactly what it wants (see _exact_values)
+        self._plain = _plain_fields(self.args_schema) if args_schema is None else None
         self._json_schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -110,6 +113,10 @@ class Tool:
         """
         if not isinstance(args, Mapping):
             raise ToolArgumentsError(self.name, [f"arguments must be an object, got {type(args).__name__}"])
+        if self._plain is not None:
+            exact = _exact_values(self._plain, args)
+            if exact is not None:
+                return exact
         try:
             model = self.args_schema.model_validate(dict(args))
         except pydantic.ValidationError as exc:
@@ -285,6 +292,45 @@ def _schema_from_signature(
         f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
     )
     return model
+
+
+_REQUIRED = object()
+_SCALARS = (str, int, float, bool)
+_PlainFields = tuple[tuple[str, type, Any], ...]
+
+
+def _plain_fields(model: type[BaseModel]) -> _PlainFields | None:
+    """``(name, type, default)`` of each field, if every one is a plain ``str``, ``int``,
+    ``float`` or ``bool`` with no constraint and a scalar or None default; else None."""
+    fields: list[tuple[str, type, Any]] = []
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if not isinstance(kind, type) or kind not in _SCALARS or info.metadata or info.default_factory:
+            return None
+        default = _REQUIRED if info.is_required() else info.default
+        if default is not _REQUIRED and default is not None and type(default) not in _SCALARS:
+            return None
+        fields.append((name, kind, default))
+    return tuple(fields)
+
+
+def _exact_values(fields: _PlainFields, args: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The values pydantic would return, when each argument is exactly of its field's type
+    (no coercion to make, nothing missing, nothing extra); None: let pydantic decide."""
+    values: dict[str, Any] = {}
+    given = 0
+    for name, kind, default in fields:
+        if name in args:
+            value = args[name]
+            if type(value) is not kind:
+                return None
+            values[name] = value
+            given += 1
+        elif default is _REQUIRED:
+            return None
+        else:
+            values[name] = default
+    return values if given == len(args) else None
 
 
 _SECTION_RE = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?):\s*$")
