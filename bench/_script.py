@@ -15,6 +15,7 @@ share it.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -91,19 +92,27 @@ def _query(rng: random.Random, turn: int) -> str:
     )
 
 
-def turn_answer(turn: int) -> dict[str, Any]:
-    """The model's answer on turn ``turn`` (0-based): a sentence and two tool calls."""
+@functools.cache
+def _texts(turn: int) -> tuple[str, str]:
+    """The note and the query of turn ``turn``: made once per process (the random draws
+    are the harness's cost, not either system's), the same strings every time."""
     rng = random.Random(turn * 7919 + 17)
+    note = _note(rng, turn)
+    return note, _query(rng, turn)
+
+
+def turn_answer(turn: int) -> dict[str, Any]:
+    """The model's answer on turn ``turn`` (0-based): a sentence and two tool calls.
+
+    A new dict every call (a system may change what it is given), with the same text.
+    """
+    note, query = _texts(turn)
     path = f"notes/ticket-{1000 + turn}.md"
     return {
         "content": f"Ticket #{1000 + turn}: saving the note to {path} and updating the table.",
         "tool_calls": [
-            {
-                "name": "write_file",
-                "args": {"path": path, "content": _note(rng, turn)},
-                "id": f"call_{turn}_write",
-            },
-            {"name": "execute_sql", "args": {"query": _query(rng, turn)}, "id": f"call_{turn}_sql"},
+            {"name": "write_file", "args": {"path": path, "content": note}, "id": f"call_{turn}_write"},
+            {"name": "execute_sql", "args": {"query": query}, "id": f"call_{turn}_sql"},
         ],
     }
 
