@@ -334,3 +334,28 @@ def test_hitl_decision_applies_inside_other_wrappers(
     agent.invoke(Command(resume={"decisions": [edit]}), config())
     assert ledger.calls == [("write_file", {"path": "z", "content": "q"})]
     assert "R.wrap_tool_call>" in log
+
+
+def test_an_answer_saved_for_a_review_applies_even_if_the_policy_changed_since(
+    make_agent: AgentFactory, ledger: Ledger
+) -> None:
+    """Rule 5: an answer is checked against the review it answers, once, before it is saved.
+
+    When the step runs again on resume it uses that checked answer: an agent whose policy
+    no longer allows editing (a redeploy between the pause and the answer) still applies
+    the edit the reviewer was offered and chose.
+    """
+    saver = InMemorySaver()
+    script = [turn(call("write_file", path="a.txt", content="draft")), {"content": "done"}]
+    before = make_agent(script, policy={"write_file": True}, checkpointer=saver)
+    before.invoke({"messages": "go"}, config())
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "write_file", "args": {"path": "b.txt", "content": "x"}},
+    }
+    after = make_agent(  # another process: its model picks up where the first one stopped
+        script[1:], policy={"write_file": {"allowed_decisions": ["approve", "reject"]}}, checkpointer=saver
+    )
+    result = after.invoke(Command(resume={"decisions": [edit]}), config())
+    assert result["messages"][-1].content == "done"
+    assert ledger.calls == [("write_file", {"path": "b.txt", "content": "x"})]

@@ -44,7 +44,7 @@ from handrail.middleware.types import (
     ToolCallRequest,
     ToolHandler,
 )
-from handrail.runtime.context import Runtime, interrupt
+from handrail.runtime.context import Runtime, current_task, interrupt
 from handrail.tools import Tool, ToolArgumentsError
 
 __all__ = [
@@ -313,23 +313,29 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             gated.append((call, policy))
         if not gated:
             return None
-        request_value = HITLRequest(action_requests=[], review_configs=[])
-        for call, policy in gated:
-            request_value["action_requests"].append(
-                ActionRequest(
-                    name=call["name"],
-                    args=call["args"],
-                    description=self._describe(policy, call, state, runtime),
-                    tool_call_id=str(call["id"]),
+        answered = _answered_decisions(len(gated))
+        if answered is not None:
+            # Run again on resume: the answer was checked against the request it answers
+            # before it was saved (validate_resume), so the request need not be rebuilt.
+            decisions = answered
+        else:
+            request_value = HITLRequest(action_requests=[], review_configs=[])
+            for call, policy in gated:
+                request_value["action_requests"].append(
+                    ActionRequest(
+                        name=call["name"],
+                        args=call["args"],
+                        description=self._describe(policy, call, state, runtime),
+                        tool_call_id=str(call["id"]),
+                    )
                 )
-            )
-            review = ReviewConfig(action_name=call["name"], allowed_decisions=list(policy.allowed))
-            schema = self._schema(policy, call["name"])
-            if schema is not None:
-                review["args_schema"] = schema
-            request_value["review_configs"].append(review)
-        response = interrupt(request_value)
-        decisions = self._check_batch(request_value, response)
+                review = ReviewConfig(action_name=call["name"], allowed_decisions=list(policy.allowed))
+                schema = self._schema(policy, call["name"])
+                if schema is not None:
+                    review["args_schema"] = schema
+                request_value["review_configs"].append(review)
+            response = interrupt(request_value)
+            decisions = self._check_batch(request_value, response)
         # Only what changes a call is kept: a call without an entry runs as proposed.
         by_call = {
             str(call["id"]): decision
@@ -610,6 +616,42 @@ def _parse_policy(tool_name: str, config: Any) -> _Policy | None:
         when=when,
         args_schema=dict(schema) if schema is not None else None,
     )
+
+
+def _answered_decisions(expected: int) -> list[Decision] | None:
+    """The checked decisions this step's interrupt was answered with, if it was.
+
+    An answer is saved only once ``validate_resume`` has checked it and made it
+    ``{"decisions": [...]}`` in canonical form; None when there is no answer yet (or it
+    is not one of those: then it goes through ``interrupt`` and the full check).
+    """
+    task = current_task()
+    if task is None or task.counter not in task.answers:
+        return None
+    answer = task.answers[task.counter]
+    decisions = answer.get("decisions") if isinstance(answer, Mapping) and len(answer) == 1 else None
+    if not isinstance(decisions, list) or len(decisions) != expected:
+        return None
+    if not all(_canonical(d) for d in decisions):
+        return None
+    task.next_index()  # what interrupt() would have taken
+    return cast("list[Decision]", decisions)
+
+
+def _canonical(decision: Any) -> bool:
+    """Whether a decision is in the form ``_check_decision`` gives (else: check it again)."""
+    if not isinstance(decision, dict) or decision.get("type") not in DECISION_TYPES:
+        return False
+    if "editedAction" in decision or not decision.keys() <= _DECISION_KEYS[decision["type"]]:
+        return False
+    if decision["type"] == "edit":
+        action = decision.get("edited_action")
+        return (
+            isinstance(action, dict)
+            and isinstance(action.get("name"), str)
+            and isinstance(action.get("args"), dict)
+        )
+    return decision["type"] != "respond" or isinstance(decision.get("message"), str)
 
 
 def _last_ai_message(state: Mapping[str, Any]) -> AIMessage | None:
