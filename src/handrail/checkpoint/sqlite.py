@@ -332,12 +332,19 @@ class _SqliteStore(BaseCheckpointSaver):
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
+        conn = self._acquire()
+        try:
+            yield conn
+        finally:
+            self._release(conn)
+
+    def _acquire(self) -> sqlite3.Connection:
+        """A connection of the pool (or the shared one, locked); give it back with ``_release``."""
         if self._closed:
             raise ConfigurationError("this SqliteSaver is closed")
         if self._shared is not None:
-            with self._shared_lock:
-                yield self._shared
-            return
+            self._shared_lock.acquire()
+            return self._shared
         with self._pool_lock:
             if os.getpid() != self._pid:  # forked: never touch the parent's connections
                 self._abandoned.extend(self._idle)
@@ -347,49 +354,27 @@ class _SqliteStore(BaseCheckpointSaver):
                 self._claimed = set()
                 self._heartbeat = None
             conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._open()
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction:  # interrupted half-way: do not reuse it
-                conn.close()
-            else:
-                with self._pool_lock:
-                    if self._closed or os.getpid() != self._pid:
-                        conn.close()
-                    else:
-                        self._idle.append(conn)
+        return conn if conn is not None else self._open()
 
-    @contextmanager
-    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[sqlite3.Connection]:
+    def _release(self, conn: sqlite3.Connection) -> None:
+        if conn is self._shared:
+            self._shared_lock.release()
+        elif conn.in_transaction:  # interrupted half-way: do not reuse it
+            conn.close()
+        else:
+            with self._pool_lock:
+                if self._closed or os.getpid() != self._pid:
+                    conn.close()
+                else:
+                    self._idle.append(conn)
+
+    def _transaction(self, *, write: bool, durable: bool = True) -> _Transaction:
         """One transaction; a write takes SQLite's write lock before reading anything.
 
         ``durable=False`` commits with ``synchronous=NORMAL`` (no fsync; in WAL mode the
         next FULL commit syncs the log, this commit's frames included).
         """
-        with self._connection() as conn:
-            self._failure.error = None
-            level = self._synchronous if durable else "NORMAL"
-            if isinstance(conn, _Connection) and conn.synchronous != level:
-                conn.execute(f"PRAGMA synchronous = {level}")
-                conn.synchronous = level
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield conn
-            except sqlite3.OperationalError:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                failure: SerializationError | None = self._failure.error
-                if failure is not None:
-                    raise failure from None
-                raise
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            else:
-                conn.execute("COMMIT")
+        return _Transaction(self, write, durable)
 
     def schema_migrations(self) -> tuple[Migration, ...]:
         """The schema, version by version (a subclass may add its own at the end)."""
@@ -1028,6 +1013,50 @@ class _Connection(sqlite3.Connection):
     """A connection that remembers its ``PRAGMA synchronous`` level."""
 
     synchronous = ""
+
+
+class _Transaction:
+    """``with store._transaction(...) as conn``: begin, then commit, or roll back on error.
+
+    A class rather than a generator: every append opens one, and this costs a fraction.
+    """
+
+    __slots__ = ("conn", "durable", "store", "write")
+
+    def __init__(self, store: _SqliteStore, write: bool, durable: bool) -> None:
+        self.store, self.write, self.durable = store, write, durable
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self.store
+        conn = self.conn = store._acquire()
+        try:
+            store._failure.error = None
+            level = store._synchronous if self.durable else "NORMAL"
+            if isinstance(conn, _Connection) and conn.synchronous != level:
+                conn.execute(f"PRAGMA synchronous = {level}")
+                conn.synchronous = level
+            conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN")
+        except BaseException:
+            store._release(conn)
+            raise
+        return conn
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        conn = self.conn
+        try:
+            if kind is None:
+                conn.execute("COMMIT")
+                return
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if issubclass(kind, sqlite3.OperationalError):
+                failure: SerializationError | None = self.store._failure.error
+                if failure is not None:  # sqlite3 only says "user-defined function raised exception"
+                    raise failure from None
+        finally:
+            self.store._release(conn)
 
 
 def _record(row: Sequence[Any], pending: Sequence[PendingReview]) -> ThreadRecord:
