@@ -93,9 +93,10 @@ class InMemorySaver(BaseCheckpointSaver):
             log = self._events.get(thread_id, [])
             reading = self._readings.get(thread_id) if from_reading and not after_seq else None
             if reading is not None and upto_seq is None:
-                return ThreadRead(
-                    record=record, events=[e for e in log if e.seq > reading.seq], reading=reading
+                after = (
+                    log[reading.seq :] if log and log[0].seq == 1 else [e for e in log if e.seq > reading.seq]
                 )
+                return ThreadRead(record=record, events=after, reading=reading)
             if not log or log[0].seq == 1:
                 # an unpruned log: seq n sits at index n - 1, slicing is O(events returned)
                 end = len(log) if upto_seq is None else max(0, min(upto_seq, len(log)))
