@@ -379,6 +379,8 @@ def buffer(env: Env, events: list[Event]) -> None:
 
 
 def _assign_message_ids(event: Event) -> None:
+    if event.kind not in _WITH_MESSAGES:
+        return
     values = event.data.get("values")
     if isinstance(values, dict) and isinstance(values.get("messages"), list):
         for message in values["messages"]:
@@ -387,6 +389,9 @@ def _assign_message_ids(event: Event) -> None:
     message = event.data.get("message")
     if isinstance(message, BaseMessage) and message.id is None:
         message.id = new_id()
+
+
+_WITH_MESSAGES = frozenset({"input", "step", "update", "tool_finished"})  # events that may add messages
 
 
 def thread_record(fold: ThreadFold) -> ThreadRecord:

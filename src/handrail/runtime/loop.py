@@ -166,8 +166,12 @@ def _runnable_tool_calls(fold: ThreadFold) -> bool:
 
 def _writer(env: Env) -> Any:
     if not env.wants("custom"):
-        return lambda chunk: None
+        return _discard
     return lambda chunk: env.send("custom", chunk)
+
+
+def _discard(chunk: Any) -> None:
+    """The stream writer of a run nobody streams custom chunks from."""
 
 
 def _task(env: Env, request: RunRequest, answers: dict[int, Any], source: str | None) -> TaskContext:
