@@ -13,7 +13,8 @@ record structure and ordinary English, not any particular agent.
 
 The dictionary in ``events.py`` must never change: every payload written with marker
 ``0x04`` needs exactly those bytes to load. A better dictionary later is a new format
-version with a new marker; this script is kept to show how v2 was made::
+version with a new marker. This script is kept to show how v2 was made (the records
+hold random ids, so a rerun trains a similar dictionary, not the same bytes)::
 
     .venv/bin/python scripts/train_zstd_dictionary.py        # prints the base64 of v2
 """
@@ -32,7 +33,7 @@ from handrail.runtime.events import unpack_payload
 DICTIONARY_BYTES = 4096
 THREADS, TURNS = 30, 10
 
-WORDS = """
+_WORD_TEXT = """
 account action address agent agreement amount answer approve archive balance batch
 before billing board budget build calendar call campaign change check client close
 cluster code comment company confirm contract copy cost customer daily data date
@@ -48,7 +49,8 @@ ticket today total track transfer update upload urgent user vendor version week
 welcome window workflow write year please could would should the a an and or of to in
 for on with from by at as is are was will be this that these those our your their it
 we you they he she not no yes all any each every more most some new old next last
-""".split()
+"""
+WORDS = _WORD_TEXT.split()
 
 
 def _text(rng: random.Random, length: int) -> str:
@@ -89,7 +91,8 @@ def samples(seed: int = 2) -> list[bytes]:
         return {"order_id": f"ord-{rng.randrange(10**6)}", "amount": round(rng.uniform(1, 500), 2)}
 
     def answer(messages: list[Any]) -> dict[str, Any]:
-        names = [rng.choice(["send_email", "read_data", "refund_payment"]) for _ in range(rng.randrange(1, 4))]
+        tools = ["send_email", "read_data", "refund_payment"]
+        names = [rng.choice(tools) for _ in range(rng.randrange(1, 4))]
         calls = [{"name": name, "args": arguments(name)} for name in names]
         return {"content": _text(rng, rng.randrange(10, 120)), "tool_calls": calls}
 
