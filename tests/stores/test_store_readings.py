@@ -10,9 +10,11 @@ ones sync and async.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from _stores import Location, Store, approve, build_agent, config, start
 from hypothesis import HealthCheck, given, settings
@@ -242,6 +244,52 @@ def test_a_damaged_reading_fails_loudly_naming_thread_and_event(
         with pytest.raises(SerializationError, match=rf"thread 't', saved reading at record {head}") as info:
             build_agent(location.saver(), tmp_path / "tool.log").get_state(config("t"))
         assert info.value.thread_id == "t" and info.value.seq == head
+
+
+@functools.cache
+def _a_reading() -> tuple[Any, StoredEvent]:
+    """A real saved reading (memory store), made once for the hypothesis test below."""
+    saver = InMemorySaver()
+    agent = build_agent(saver, "/dev/null")
+    original = effects.READING_EVERY
+    effects.READING_EVERY = 3
+    try:
+        _grow(agent, "t", 2)
+    finally:
+        effects.READING_EVERY = original
+    reading = saver.read("t", from_reading=True).reading
+    assert reading is not None
+    return agent, reading
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_random_and_truncated_readings_raise_only_serialization_errors(data: st.DataObject) -> None:
+    """SPEC rule 10: a damaged saved reading never loads as something else."""
+    agent, reading = _a_reading()
+    mode = data.draw(st.sampled_from(["truncate", "random", "flip", "json"]))
+    payload = reading.payload
+    if mode == "truncate":
+        payload = payload[: data.draw(st.integers(0, max(0, len(payload) - 1)))]
+    elif mode == "random":
+        payload = data.draw(st.binary(max_size=300))
+    elif mode == "flip":
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload = payload[:at] + bytes([payload[at] ^ data.draw(st.integers(1, 255))]) + payload[at + 1 :]
+    else:  # valid JSON of the wrong shape
+        leaves = st.none() | st.integers(-(2**40), 2**40) | st.text(max_size=5)
+        payload = orjson.dumps(data.draw(st.recursive(leaves, _json_of)))
+    damaged = dataclasses.replace(reading, payload=payload)
+    with pytest.raises(SerializationError) as caught:
+        restore_reading(agent._spec, "t", damaged)
+    assert caught.value.thread_id == "t" and caught.value.seq == reading.seq
+    assert f"saved reading at record {reading.seq}" in str(caught.value)
+
+
+def _json_of(children: Any) -> Any:
+    return st.lists(children, max_size=3) | st.dictionaries(
+        st.sampled_from(["values", "next", "head_seq", "checkpoint", "pending", "x"]), children, max_size=4
+    )
 
 
 _EMPTY_STEP = b'{"step":"x","values":null,"next":[]}'
