@@ -243,10 +243,7 @@ class BaseCheckpointSaver(ABC):
         reading: StoredEvent | None = None,
     ) -> None:
         """Async :meth:`append`."""
-        # a subclass's append may predate these keywords: pass them only when they matter
-        extra: dict[str, Any] = {} if durable else {"durable": False}
-        if reading is not None:
-            extra["reading"] = reading
+        extra = later_keywords(durable=durable, reading=reading)
         await asyncio.to_thread(
             lambda: self.append(
                 thread_id,
@@ -263,7 +260,7 @@ class BaseCheckpointSaver(ABC):
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
         """Async :meth:`read`."""
-        extra = {"from_reading": True} if from_reading else {}
+        extra = later_keywords(from_reading=from_reading)
         return await asyncio.to_thread(
             lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
         )
@@ -303,6 +300,22 @@ class BaseCheckpointSaver(ABC):
     async def aruns_alive(self, thread_id: str) -> set[str]:
         """Async :meth:`runs_alive`."""
         return await asyncio.to_thread(self.runs_alive, thread_id)
+
+
+def later_keywords(
+    *, durable: bool = True, reading: StoredEvent | None = None, from_reading: bool = False
+) -> dict[str, Any]:
+    """The keywords added to the protocol after the first stores, only where they differ
+    from their defaults: an async twin that hands its call to a subclass's sync method,
+    which may predate them, passes ``**later_keywords(...)``."""
+    extra: dict[str, Any] = {}
+    if not durable:
+        extra["durable"] = False
+    if reading is not None:
+        extra["reading"] = reading
+    if from_reading:
+        extra["from_reading"] = True
+    return extra
 
 
 def metadata_matches(wanted: Mapping[str, Any] | None, actual: Mapping[str, Any]) -> bool:

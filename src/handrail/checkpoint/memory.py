@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from handrail.checkpoint._records import check_reading
 from handrail.checkpoint.base import (
@@ -16,6 +15,7 @@ from handrail.checkpoint.base import (
     ThreadFilter,
     ThreadRead,
     ThreadRecord,
+    later_keywords,
     metadata_matches,
 )
 from handrail.errors import ConflictError
@@ -193,10 +193,7 @@ class InMemorySaver(BaseCheckpointSaver):
         durable: bool = True,
         reading: StoredEvent | None = None,
     ) -> None:
-        # a subclass's append may predate these keywords: pass them only when they matter
-        extra: dict[str, Any] = {} if durable else {"durable": False}
-        if reading is not None:
-            extra["reading"] = reading
+        extra = later_keywords(durable=durable, reading=reading)
         self.append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
         )
@@ -204,7 +201,7 @@ class InMemorySaver(BaseCheckpointSaver):
     async def aread(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
-        extra = {"from_reading": True} if from_reading else {}
+        extra = later_keywords(from_reading=from_reading)
         return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:

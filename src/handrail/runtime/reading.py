@@ -48,34 +48,37 @@ def load(
             read.record is not None
             and read.record.epoch == cached.epoch
             and read.record.head_seq == cached.head_seq + len(read.events)
-            and all(e.kind not in ("branch", "snapshot") for e in read.events)
+            and _simply_follow(read.events)
         ):
             fold = cached.copy()
             for stored in read.events:
                 fold.apply(decode_event(stored, thread_id))
             return fold
+    read = None
     if upto_seq is None and _reads_saved_readings(env):
         # A new process: start from the thread's saved reading, if it has one, and fold
         # only the events after it (SPEC §6: not every past checkpoint again).
         read = yield StoreCall("read", (thread_id,), {"from_reading": True})
         if read.reading is not None:
-            events = [decode_event(stored, thread_id) for stored in read.events]
-            if all(e.kind not in ("branch", "snapshot") for e in events):  # those need the older log
+            if _simply_follow(read.events):
                 fold = restore_reading(spec, thread_id, read.reading)
-                for event in events:
-                    fold.apply(event)
+                for stored in read.events:
+                    fold.apply(decode_event(stored, thread_id))
                 fold.epoch = read.record.epoch if read.record is not None else ""
                 return fold
-        else:
-            events = [decode_event(stored, thread_id) for stored in read.events]
-            fold = fold_events(spec, thread_id, events)
-            fold.epoch = read.record.epoch if read.record is not None else ""
-            return fold
-    read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
+            read = None  # a branch or a snapshot after the reading needs the older log
+    if read is None:
+        read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
     events = [decode_event(stored, thread_id) for stored in read.events]
     fold = fold_events(spec, thread_id, events)
     fold.epoch = read.record.epoch if read.record is not None else ""
     return fold
+
+
+def _simply_follow(events: list[StoredEvent]) -> bool:
+    """Whether events can be applied to an earlier reading one by one (no ``branch`` or
+    ``snapshot``, which are read against the older log)."""
+    return all(e.kind not in ("branch", "snapshot") for e in events)
 
 
 def _reads_saved_readings(env: Env) -> bool:
