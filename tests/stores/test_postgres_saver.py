@@ -246,6 +246,48 @@ def test_what_postgres_cannot_hold_is_refused_clearly(postgres: str, schema: str
         saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))  # nothing was left behind
 
 
+def test_a_nul_in_a_text_field_is_refused_not_cut(postgres: str, schema: str) -> None:
+    """Appends send their parameters through libpq, which would end a text value at a NUL."""
+    ask = PendingReview("i\x00tail", "interrupt", ("write_file",), 5.0, b"{}")
+    paused = ThreadRecord("t", 1, "interrupted", "e", 1.0, 2.0, {}, (ask,))
+    with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
+        with pytest.raises(SerializationError, match="cannot store thread 't' in PostgreSQL"):
+            saver.append("t", events(1, 1), expected_seq=0, record=paused)
+        assert saver.get_thread("t") is None
+
+
+def test_appends_survive_a_session_that_forgets_its_prepared_statements(postgres: str, schema: str) -> None:
+    """An append is prepared once per connection; DISCARD ALL (a pool's reset) drops it."""
+    from handrail.checkpoint import postgres as module
+
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        saver = PostgresSaver(conn, schema=schema)
+        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        conn.execute("DISCARD ALL")  # the server forgets; the saver still thinks it prepared
+        saver.append("t", events(3, 1), expected_seq=2, record=record("t", 3))
+        module._PREPARED.pop(conn)  # the other way round: the saver forgets, the server has it
+        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+        with pytest.raises(ConflictError):  # errors still come back as before
+            saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+        assert [e.seq for e in saver.read("t").events] == [1, 2, 3, 4]
+        assert saver.get_thread("t") == record("t", 4)
+        saver.close()
+
+
+async def test_async_appends_survive_a_session_that_forgets_its_prepared_statements(
+    postgres: str, schema: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+        saver = AsyncPostgresSaver(conn, schema=schema)
+        await saver.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        await saver.aappend("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        await conn.execute("DISCARD ALL")
+        await saver.aappend("t", events(3, 1), expected_seq=2, record=record("t", 3))
+        assert [e.seq for e in (await saver.aread("t")).events] == [1, 2, 3]
+        await saver.aclose()
+
+
 # Round trips, the liveness lock, page keys, migrations -------------------------------------------------
 def _round_trips(conn: Any, path: str, call: Any) -> int:
     """How many times ``call`` waited for the server: its ReadyForQuery messages (libpq trace)."""

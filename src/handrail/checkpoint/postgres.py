@@ -72,8 +72,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import secrets
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
@@ -82,6 +85,7 @@ from typing import Any, TypeVar
 try:
     import psycopg
     import psycopg.errors
+    from psycopg import generators, pq
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
@@ -89,7 +93,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "pip install 'handrail[postgres]'"
     ) from exc
 
-from handrail.checkpoint._postgres_sql import CONFLICT_STATE, LOST_LOCK_STATE, Op, Queries, Result
+from handrail.checkpoint._postgres_sql import CONFLICT_STATE, LOST_LOCK_STATE, Op, Queries, Query, Result
 from handrail.checkpoint._records import Migration, check_append, check_reading, conflict
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
@@ -127,6 +131,10 @@ def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
             except StopIteration as stop:
                 value: T = stop.value
                 break
+            if len(batch) == 1 and batch[0].prepare:  # an append: straight to libpq
+                results = _run_prepared(conn, batch[0])
+                if results is not None:
+                    continue
             if len(batch) == 1:  # the usual case: no pipeline needed for one statement
                 cursors = [conn.execute(batch[0].sql, batch[0].params, prepare=batch[0].prepare)]
             else:
@@ -159,6 +167,10 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
             except StopIteration as stop:
                 value: T = stop.value
                 break
+            if len(batch) == 1 and batch[0].prepare:
+                results = await _run_prepared_async(conn, batch[0])
+                if results is not None:
+                    continue
             if len(batch) == 1:
                 cursors = [await conn.execute(batch[0].sql, batch[0].params, prepare=batch[0].prepare)]
             else:
@@ -179,6 +191,157 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
         await conn.rollback()
         raise RuntimeError("a handrail operation left its transaction open")
     return value
+
+
+# Prepared statements sent through libpq ----------------------------------------------------
+# An append is one statement, made several times a review cycle. psycopg's execute adapts
+# each parameter through its type registry and builds a cursor: about as much client time
+# as the statement's round trip. The appends' parameters are plain (text, integers,
+# floats, bytes), so the saver encodes them itself and sends the prepared statement with
+# libpq (``Connection.pgconn``), then waits for it through the connection as psycopg does
+# (``Connection.wait``: interruptible, non-blocking). Anything else - a list parameter, a
+# client encoding other than UTF-8 - goes through psycopg's execute as before.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)([sb])|%%")
+
+
+class _Statement:
+    """A statement in libpq's form: ``$n`` placeholders, its name, each parameter's key."""
+
+    __slots__ = ("binary", "formats", "keys", "name", "sql")
+
+    def __init__(self, sql: str) -> None:
+        numbers: dict[str, int] = {}
+        binary: list[bool] = []
+
+        def placeholder(match: re.Match[str]) -> str:
+            if match.group(0) == "%%":
+                return "%"
+            key, is_binary = match.group(1), match.group(2) == "b"
+            if key not in numbers:
+                numbers[key] = len(numbers) + 1
+                binary.append(is_binary)
+            elif binary[numbers[key] - 1] != is_binary:
+                raise ValueError(f"parameter {key!r} is used both as text and as binary")
+            return f"${numbers[key]}"
+
+        text = _PLACEHOLDER.sub(placeholder, sql)
+        self.sql = text.encode()
+        self.name = b"handrail_" + hashlib.blake2b(self.sql, digest_size=10).hexdigest().encode()
+        self.keys = tuple(numbers)
+        self.binary = tuple(binary)
+        self.formats = [1 if b else 0 for b in binary]
+
+
+_STATEMENTS: dict[str, _Statement] = {}
+# the statements prepared on each connection (a new connection starts with none)
+_PREPARED: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
+_NOT_PREPARED = b"26000"  # invalid_sql_statement_name: the session lost its statements
+_ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement: prepared before we lost count
+
+
+def _statement(sql: str) -> _Statement:
+    found = _STATEMENTS.get(sql)
+    if found is None:
+        found = _STATEMENTS[sql] = _Statement(sql)
+    return found
+
+
+def _encoded(statement: _Statement, params: Any) -> list[bytes | None] | None:
+    """The parameters as libpq takes them, or None: one of them needs psycopg's adapters."""
+    if not isinstance(params, dict):
+        return None
+    values: list[bytes | None] = []
+    for key, binary in zip(statement.keys, statement.binary, strict=True):
+        value = params[key]
+        kind = type(value)
+        if binary:
+            if kind is bytes:
+                values.append(value)
+            elif kind is bytearray or kind is memoryview:
+                values.append(bytes(value))
+            else:
+                return None
+        elif kind is str:
+            if "\x00" in value:  # libpq would cut a text parameter there
+                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+            values.append(value.encode())
+        elif kind is int:
+            values.append(str(value).encode())
+        elif kind is float:
+            values.append(repr(value).encode())  # exact; 'inf' and 'nan' are read too
+        elif kind is bool:
+            values.append(b"t" if value else b"f")
+        elif value is None:
+            values.append(None)
+        else:
+            return None
+    return values
+
+
+def _usable(conn: Any, query: Query) -> tuple[_Statement, list[bytes | None], set[bytes]] | None:
+    """The statement, its parameters and the names prepared on ``conn``; None: use psycopg."""
+    statement = _statement(query.sql)
+    values = _encoded(statement, query.params)
+    if values is None or conn.pgconn.pipeline_status or conn.info.encoding != "utf-8":
+        return None
+    prepared = _PREPARED.get(conn)
+    if prepared is None:
+        prepared = _PREPARED[conn] = set()
+    return statement, values, prepared
+
+
+def _failed(results: list[Any], also_fine: bytes = b"") -> bytes | None:
+    """Raise the first error among ``results`` (as psycopg would); its SQLSTATE if expected."""
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            state = result.error_field(pq.DiagnosticField.SQLSTATE)
+            if state == also_fine:
+                return state  # type: ignore[no-any-return]
+            raise psycopg.errors.error_from_result(result, encoding="utf-8")
+    return None
+
+
+def _run_prepared(conn: psycopg.Connection[Any], query: Query) -> list[Result] | None:
+    """Perform a statement prepared once per connection; None if it needs psycopg's execute.
+
+    Its rows are not read: the statements made this way (appends) return none that matter.
+    """
+    usable = _usable(conn, query)
+    if usable is None:
+        return None
+    statement, values, prepared = usable
+    pgconn = conn.pgconn
+    for _ in range(2):
+        if statement.name not in prepared:
+            pgconn.send_prepare(statement.name, statement.sql)
+            _failed(conn.wait(generators.execute(pgconn)), _ALREADY_PREPARED)
+            prepared.add(statement.name)
+        pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
+        results = conn.wait(generators.execute(pgconn))
+        if _failed(results, _NOT_PREPARED) is None:
+            return [Result([], -1) for _ in results]
+        prepared.clear()  # the session lost its statements (DISCARD ALL): prepare again
+    raise RuntimeError("the server forgot a statement just prepared")  # pragma: no cover
+
+
+async def _run_prepared_async(conn: psycopg.AsyncConnection[Any], query: Query) -> list[Result] | None:
+    """Async :func:`_run_prepared`."""
+    usable = _usable(conn, query)
+    if usable is None:
+        return None
+    statement, values, prepared = usable
+    pgconn = conn.pgconn
+    for _ in range(2):
+        if statement.name not in prepared:
+            pgconn.send_prepare(statement.name, statement.sql)
+            _failed(await conn.wait(generators.execute(pgconn)), _ALREADY_PREPARED)
+            prepared.add(statement.name)
+        pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
+        results = await conn.wait(generators.execute(pgconn))
+        if _failed(results, _NOT_PREPARED) is None:
+            return [Result([], -1) for _ in results]
+        prepared.clear()
+    raise RuntimeError("the server forgot a statement just prepared")  # pragma: no cover
 
 
 def _append_error(queries: Queries, exc: psycopg.Error, thread_id: str, expected_seq: int) -> Exception:
