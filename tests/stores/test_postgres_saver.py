@@ -288,6 +288,52 @@ async def test_async_appends_survive_a_session_that_forgets_its_prepared_stateme
         await saver.aclose()
 
 
+def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
+    postgres: str, schema: str
+) -> None:
+    """A saver remembers where its own last append left no review; elsewhere it clears."""
+    ask = PendingReview("i1", "interrupt", ("write_file",), 5.0, b"{}")
+    sent: list[str] = []
+    with (
+        PostgresSaver.from_conn_string(postgres, schema=schema) as mine,
+        PostgresSaver.from_conn_string(postgres, schema=schema) as other,
+    ):
+        build = mine._queries._build_append
+
+        def spy(**shape: Any) -> str:
+            sql = build(**shape)
+            sent.append(sql)
+            return sql
+
+        mine._queries._build_append = spy  # type: ignore[method-assign]
+        mine._queries._append_sql.clear()
+        mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        assert "cleared" not in sent[-1]  # its own last append left no review
+        # another saver pauses the thread: this saver's memory is of an older head
+        other.append(
+            "t",
+            events(3, 1),
+            expected_seq=2,
+            record=ThreadRecord("t", 3, "interrupted", "e", 1.0, 2.0, {}, (ask,)),
+        )
+        assert [i.review.interrupt_id for i in mine.list_pending(PendingFilter())] == ["i1"]
+        mine.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+        assert "cleared" in sent[-1]
+        assert mine.list_pending(PendingFilter()) == []
+        assert _sql(postgres, schema, "SELECT count(*) FROM handrail_pending_tools") == [(0,)]
+        # a stale head conflicts before anything is written, whatever the statement
+        other.append(
+            "t",
+            events(5, 1),
+            expected_seq=4,
+            record=ThreadRecord("t", 5, "interrupted", "e", 1.0, 2.0, {}, (ask,)),
+        )
+        with pytest.raises(ConflictError):
+            mine.append("t", events(5, 1), expected_seq=4, record=record("t", 5))
+        assert [i.review.interrupt_id for i in mine.list_pending(PendingFilter())] == ["i1"]
+
+
 # Round trips, the liveness lock, page keys, migrations -------------------------------------------------
 def _round_trips(conn: Any, path: str, call: Any) -> int:
     """How many times ``call`` waited for the server: its ReadyForQuery messages (libpq trace)."""

@@ -304,7 +304,7 @@ class Queries:
             f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
-        self._append_sql: dict[tuple[bool, int, int, int, bool, bool], str] = {}
+        self._append_sql: dict[tuple[bool, int, int, int, bool, bool, bool], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
             f"(SELECT CASE WHEN {_alive('%(owner)s::bigint')} THEN true "
@@ -379,11 +379,15 @@ class Queries:
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        clear: bool = True,
     ) -> Op[None]:
         """One statement: move the head (or conflict), then write everything else.
 
         ``claim`` is ``(run_id, owner_key)``: the run is claimed, then ``release`` released.
-        ``reading`` takes the place of the thread's saved reading.
+        ``reading`` takes the place of the thread's saved reading. ``clear=False``: the
+        thread has no pending rows at ``expected_seq`` (the saver knows it from its own
+        last append; if another writer moved the thread since, the head check fails), so
+        the statement leaves out the deletes of the old ones.
         ``durable=False``: the statement sets ``synchronous_commit`` off for its own
         transaction, so its commit does not wait for the WAL flush (the server keeps it
         if our process dies; WAL order makes the next durable commit flush it too).
@@ -450,6 +454,7 @@ class Queries:
             claiming + 3 * (release is not None),
             durable,
             reading is not None,
+            clear or expected_seq == 0,
         )
         sql = self._append_sql.get(shape)
         if sql is None:
@@ -461,6 +466,7 @@ class Queries:
                 release=release is not None,
                 durable=durable,
                 reading=reading is not None,
+                clear=clear or expected_seq == 0,
             )
         yield [Query(sql, params, prepare=True)]
 
@@ -474,6 +480,7 @@ class Queries:
         release: bool,
         durable: bool = True,
         reading: bool = False,
+        clear: bool = True,
     ) -> str:
         """The SQL of an append: data-modifying CTEs, each done only if the head moved.
 
@@ -508,14 +515,20 @@ class Queries:
         # pending) skip two index scans, which would find only the dead entries of past
         # reviews (until a vacuum).
         had = "EXISTS (SELECT FROM cleared)"
-        ctes = [
-            f"moved AS ({moved})",
-            f"cleared AS (DELETE FROM {self.pending} WHERE thread_id = %(thread)s AND {go} RETURNING 1)",
-            f"cleared_tools AS (DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {had} "
-            "RETURNING 1)",
-            f"cleared_metadata AS (DELETE FROM {self.pending_metadata} WHERE thread_id = %(thread)s "
-            f"AND {had} RETURNING 1)",
-        ]
+        ctes = [f"moved AS ({moved})"]
+        if clear:
+            ctes += [
+                f"cleared AS (DELETE FROM {self.pending} WHERE thread_id = %(thread)s AND {go} RETURNING 1)",
+                f"cleared_tools AS (DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {had} "
+                "RETURNING 1)",
+                f"cleared_metadata AS (DELETE FROM {self.pending_metadata} WHERE thread_id = %(thread)s "
+                f"AND {had} RETURNING 1)",
+            ]
+
+        # a CTE that reads another waits for it to finish: the new rows go in after the deletes
+        def after(cte: str) -> str:
+            return f"(SELECT count(*) FROM {cte}) >= 0 AND " if clear else ""
+
         if events:
             if events == _IN_ARRAYS:
                 source = (
@@ -565,7 +578,7 @@ class Queries:
                 "created_at, payload) SELECT %(thread)s, r.interrupt_id, r.n - 1, r.kind, "
                 "ARRAY(SELECT jsonb_array_elements_text(r.tools)), r.created_at, r.payload "
                 f"FROM {reviews} AS r (interrupt_id, kind, tools, created_at, payload, n) "
-                f"WHERE (SELECT count(*) FROM cleared) >= 0 AND {go} "
+                f"WHERE {after('cleared')}{go} "
                 "RETURNING id, interrupt_id, tools, created_at)",
                 # each added review with its page key (read twice, so computed once)
                 "keyed AS (SELECT a.*, k.page_key FROM added AS a "
@@ -574,12 +587,11 @@ class Queries:
                 "(tool, created_at, thread_id, interrupt_id, pending_id, page_key) "
                 "SELECT DISTINCT t.tool, a.created_at, %(thread)s, a.interrupt_id, a.id, a.page_key "
                 "FROM keyed AS a CROSS JOIN unnest(a.tools) AS t (tool) "
-                "WHERE (SELECT count(*) FROM cleared_tools) >= 0)",
+                f"WHERE {after('cleared_tools')}TRUE)",
                 f"tagged AS (INSERT INTO {self.pending_metadata} "
                 "(key, value, page_key, thread_id, pending_id) "
                 "SELECT e.key, e.value, a.page_key, %(thread)s, a.id FROM keyed AS a CROSS JOIN moved AS m "
-                f"CROSS JOIN jsonb_each(m.metadata) AS e WHERE {_INDEXED_SQL} "
-                "AND (SELECT count(*) FROM cleared_metadata) >= 0)",
+                f"CROSS JOIN jsonb_each(m.metadata) AS e WHERE {after('cleared_metadata')}{_INDEXED_SQL})",
             ]
         if claim:
             keep = "ARRAY[%(claim)s, %(release)s]" if release else "ARRAY[%(claim)s]"

@@ -387,6 +387,37 @@ def _check_pool_size(pool_size: int) -> None:
         raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
 
 
+class _Cleared:
+    """The threads this saver's own last append left with no pending review: their head.
+
+    An append at that head and epoch has no old pending rows to delete (another writer
+    would have moved the head, and the append's head check would fail), so its statement
+    leaves the deletes out: fewer tables for the server to open on most appends.
+    """
+
+    __slots__ = ("heads",)
+    LIMIT = 4096  # threads remembered; an older one just takes the full statement
+
+    def __init__(self) -> None:
+        self.heads: dict[str, tuple[int, str]] = {}
+
+    def may_have_pending(self, thread_id: str, expected_seq: int, epoch: str) -> bool:
+        return self.heads.get(thread_id) != (expected_seq, epoch)
+
+    def appended(self, thread_id: str, record: ThreadRecord) -> None:
+        heads = self.heads
+        if record.pending:
+            heads.pop(thread_id, None)
+            return
+        heads.pop(thread_id, None)  # re-insert: the dict's order is the order of use
+        heads[thread_id] = (record.head_seq, record.epoch)
+        if len(heads) > self.LIMIT:
+            heads.pop(next(iter(heads)), None)
+
+    def forget(self, thread_id: str) -> None:
+        self.heads.pop(thread_id, None)
+
+
 # The sync saver ------------------------------------------------------------------------------
 class PostgresSaver(BaseCheckpointSaver):
     """Keeps threads in PostgreSQL; share one saver per process between threads.
@@ -432,6 +463,7 @@ class PostgresSaver(BaseCheckpointSaver):
         self._owner_conn: psycopg.Connection[Any] | None = None
         self._owner_key: int | None = None
         self._claimed: set[tuple[str, str]] = set()
+        self._cleared = _Cleared()
 
     @classmethod
     def from_conn_string(
@@ -546,6 +578,7 @@ class PostgresSaver(BaseCheckpointSaver):
                     release=release,
                     durable=durable,
                     reading=reading,
+                    clear=self._cleared.may_have_pending(thread_id, expected_seq, record.epoch),
                 )
                 try:
                     self._run(op)
@@ -556,8 +589,10 @@ class PostgresSaver(BaseCheckpointSaver):
                         continue
                     raise _append_error(self._queries, exc, thread_id, expected_seq) from None
         except BaseException:
+            self._cleared.forget(thread_id)
             self._restore_claim(thread_id, release, released)
             raise
+        self._cleared.appended(thread_id, record)
         if claim is not None and claim != release:
             with self._owner_lock:
                 self._claimed.add((thread_id, claim))
@@ -577,6 +612,7 @@ class PostgresSaver(BaseCheckpointSaver):
         return self._run(self._queries.list_pending(filter))
 
     def delete_thread(self, thread_id: str) -> bool:
+        self._cleared.forget(thread_id)
         return self._run(self._queries.delete_thread(thread_id))
 
     def prune(
@@ -722,6 +758,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         self._owner_conn: psycopg.AsyncConnection[Any] | None = None
         self._owner_key: int | None = None
         self._claimed: set[tuple[str, str]] = set()
+        self._cleared = _Cleared()
 
     @classmethod
     def from_conn_string(
@@ -838,6 +875,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                     release=release,
                     durable=durable,
                     reading=reading,
+                    clear=self._cleared.may_have_pending(thread_id, expected_seq, record.epoch),
                 )
                 try:
                     await self._run(op)
@@ -848,9 +886,11 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                         continue
                     raise _append_error(self._queries, exc, thread_id, expected_seq) from None
         except BaseException:
+            self._cleared.forget(thread_id)
             if released and release is not None:
                 self._claimed.add((thread_id, release))
             raise
+        self._cleared.appended(thread_id, record)
         if claim is not None and claim != release:
             self._claimed.add((thread_id, claim))
 
@@ -869,6 +909,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         return await self._run(self._queries.list_pending(filter))
 
     async def adelete_thread(self, thread_id: str) -> bool:
+        self._cleared.forget(thread_id)
         return await self._run(self._queries.delete_thread(thread_id))
 
     async def aprune(
