@@ -22,6 +22,7 @@ class CountingSaver(InMemorySaver):
     def __init__(self) -> None:
         super().__init__()
         self.appends: list[list[str]] = []
+        self.records: list[tuple[bool, ThreadRecord, float]] = []  # durable?, row, last event's time
         self.standalone: list[str] = []
 
     def append(
@@ -39,6 +40,7 @@ class CountingSaver(InMemorySaver):
         marks += ["-release"] if release else []
         marks += [] if durable else ["~relaxed"]
         self.appends.append([e.kind for e in events] + marks)
+        self.records.append((durable, record, events[-1].created_at if events else 0.0))
         super().append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
         )
@@ -103,6 +105,33 @@ def test_a_review_cycle_waits_for_the_disk_twice(make_agent: AgentFactory) -> No
         assert saver.appends[0] == durable[0]
         assert "-release" in durable[-1]  # the pause, or the final answer
         assert len(durable) == 2, saver.appends
+
+
+def test_the_steps_between_durable_commits_keep_the_thread_rows_time(make_agent: AgentFactory) -> None:
+    """A thread's ``updated_at`` is when a run last started, paused or finished.
+
+    The relaxed commits in between (a tool's result, the state before the model call)
+    keep the time of the run's previous append, so a store need not move the thread in
+    its by-time indexes at every step; the pause then carries its own event's time.
+    """
+    saver = CountingSaver()
+    script = [
+        turn(call("write_file", path="a", content="x"), call("execute_sql", query="q")),
+        {"content": "ok"},
+    ]
+    agent = make_agent(script, checkpointer=saver)
+    agent.invoke({"messages": "go"}, config())
+    saver.records.clear()
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}, {"type": "approve"}]}), config())
+    durable = [d for d, _, _ in saver.records]
+    assert durable[0] and durable[-1] and not any(durable[1:-1]) and len(durable) == 4
+    first, *between, last = [(record, at) for _, record, at in saver.records]
+    assert first[0].updated_at == first[1]  # the claim: its own events' time
+    assert all(record.updated_at == first[0].updated_at for record, _ in between)
+    assert all(record.head_seq > first[0].head_seq for record, _ in between)  # the head still moves
+    assert last[0].updated_at == last[1] > first[0].updated_at  # the run's end: its own time
+    thread = agent.list_threads()[0]
+    assert (thread.status, thread.updated_at) == ("idle", last[0].updated_at)
 
 
 def test_only_the_result_of_a_tool_that_ran_is_saved_before_the_next_call_acts(

@@ -16,7 +16,7 @@ from _stores import wait_until
 
 from handrail import AsyncSqliteSaver, SqliteSaver
 from handrail.checkpoint._records import Migration, host_identity
-from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadRecord
+from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
 from handrail.errors import ConfigurationError, ConflictError
 
 
@@ -499,3 +499,37 @@ def test_claims_write_the_lease_once_a_heartbeat_period(tmp_path: Path) -> None:
         (expires_at,) = conn.execute("SELECT expires_at FROM run_owners").fetchone()
     assert expires_at > time.time() + 500
     saver.close()
+
+
+def test_an_append_that_only_moves_the_head_leaves_the_by_time_indexes_alone(tmp_path: Path) -> None:
+    """SQLite rewrites an index entry whenever its column is SET, even to the same value."""
+    path = tmp_path / "t.db"
+
+    def row(head: int, status: str = "running", updated: float = 2.0, meta: Any = None) -> ThreadRecord:
+        return ThreadRecord("t", head, status, "e", 1.0, updated, meta or {}, ())  # type: ignore[arg-type]
+
+    with SqliteSaver(path) as saver, sqlite3.connect(path) as watcher:
+        # a few pages, far from an automatic checkpoint: the WAL only grows, its size counts pages
+        saver.append("t", events(1, 1), expected_seq=0, record=row(1))
+        saver.append("u", events(1, 1), expected_seq=0, record=row(1))
+
+        def pages_written(call: Any) -> int:
+            wal = Path(f"{path}-wal")
+            before = wal.stat().st_size
+            call()
+            return (wal.stat().st_size - before) // (1024 + 24)
+
+        same = pages_written(lambda: saver.append("t", events(2, 1), expected_seq=1, record=row(2)))
+        moved = pages_written(
+            lambda: saver.append("t", events(3, 1), expected_seq=2, record=row(3, updated=3.0))
+        )
+        assert same < moved  # the two by-time indexes were left alone
+        assert saver.get_thread("t") == row(3, updated=3.0)
+        # every column still changes when it must
+        saver.append("t", events(4, 1), expected_seq=3, record=row(4, "idle", 3.0, {"k": 1}))
+        assert saver.get_thread("t") == row(4, "idle", 3.0, {"k": 1})
+        saver.append("t", events(5, 1), expected_seq=4, record=row(5, "idle", 3.0, {"k": 1}))
+        assert saver.get_thread("t") == row(5, "idle", 3.0, {"k": 1})
+        assert [t.thread_id for t in saver.list_threads(ThreadFilter(updated_after=2.5))] == ["t"]
+        assert [t.thread_id for t in saver.list_threads(ThreadFilter(status="running"))] == ["u"]
+        assert watcher.execute("PRAGMA integrity_check").fetchone() == ("ok",)

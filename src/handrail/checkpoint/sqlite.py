@@ -660,7 +660,9 @@ class _SqliteStore(BaseCheckpointSaver):
         """One append inside the open write transaction (see :meth:`append`)."""
         thread_id, expected_seq, record = write.thread_id, write.expected_seq, write.record
         row = conn.execute(
-            "SELECT head_seq, epoch, pending_count FROM threads WHERE thread_id = ?", (thread_id,)
+            "SELECT head_seq, epoch, pending_count, status, created_at, updated_at, metadata "
+            "FROM threads WHERE thread_id = ?",
+            (thread_id,),
         ).fetchone()
         head = row[0] if row is not None else 0
         if head != expected_seq:
@@ -690,15 +692,27 @@ class _SqliteStore(BaseCheckpointSaver):
                 "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
+        elif row[1] == record.epoch and row[3:] == (
+            record.status,
+            record.created_at,
+            record.updated_at,
+            write.metadata,
+        ):
+            # only the head moved (a step inside a run): leave the indexed columns alone,
+            # or SQLite rewrites their index entries (two by-time indexes) all the same
+            conn.execute(
+                "UPDATE threads SET head_seq = ?, pending_count = ? WHERE thread_id = ?",
+                (record.head_seq, len(record.pending), thread_id),
+            )
         else:
             conn.execute(
                 "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
                 "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?",
                 values,
             )
-            if row[2]:
-                conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
-                conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
+        if row is not None and row[2]:
+            conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
+            conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
         if write.pending_rows:
             conn.executemany(
                 "INSERT INTO pending (thread_id, interrupt_id, position, kind, tools, created_at, "
