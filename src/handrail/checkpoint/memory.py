@@ -53,6 +53,7 @@ class InMemorySaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        wait: bool = True,
     ) -> None:
         with self._lock:
             current = self._records.get(thread_id)
@@ -192,8 +193,9 @@ class InMemorySaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        wait: bool = True,
     ) -> None:
-        extra = later_keywords(durable=durable, reading=reading)
+        extra = later_keywords(durable=durable, reading=reading, wait=wait)
         self.append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
         )

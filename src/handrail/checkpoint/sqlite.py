@@ -479,6 +479,7 @@ class _SqliteStore(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        wait: bool = True,
     ) -> None:
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         released = self._forget_release(write)
@@ -500,6 +501,7 @@ class _SqliteStore(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        wait: bool = True,
     ) -> None:
         """Queue the append for the group commit and wait for it without a thread of its own.
 
