@@ -628,3 +628,24 @@ def test_a_version_2_schema_gets_saved_readings_and_keeps_its_threads(postgres: 
     assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
         (v,) for v in range(1, OURS + 1)
     ]
+
+
+def test_liveness_is_checked_by_trying_the_lock_where_no_checking_session_holds_one(
+    postgres: str, schema: str
+) -> None:
+    """On a pool the liveness lock has a session of its own: a claim tries a shared lock on
+    the key (fails at once while the owner lives) instead of copying pg_locks. On one
+    connection the lock is that connection's own, which its own try would not see."""
+    with PostgresSaver.from_conn_string(postgres, schema=schema) as pooled:
+        assert "pg_try_advisory_xact_lock_shared" in pooled._queries._claim_sql
+        assert "pg_locks" not in pooled._queries._claim_sql
+        pooled.claim_run("t", "r1")
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            single = PostgresSaver(conn, schema=schema)
+            assert "pg_locks" in single._queries._claim_sql
+            assert single.runs_alive("t") == {"r1"}  # seen from another session: alive
+            single.claim_run("u", "r2")
+            assert single.runs_alive("u") == {"r2"} and pooled.runs_alive("u") == {"r2"}
+            single.close()
+        assert pooled.runs_alive("u") == set()  # its session ended, and with it its lock
+        assert pooled.runs_alive("t") == {"r1"}

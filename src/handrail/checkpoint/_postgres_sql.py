@@ -287,7 +287,11 @@ COMMIT = Query("COMMIT")
 class Queries:
     """The SQL of every operation, for one schema. Nothing here performs I/O."""
 
-    def __init__(self, schema: str | None) -> None:
+    def __init__(self, schema: str | None, *, probe_locks: bool = False) -> None:
+        """``probe_locks``: the liveness locks are held by other sessions than the ones
+        that run these statements (a saver on a pool, whose lock has a session of its
+        own), so a lock is checked by trying it (:func:`_probe`) instead of reading
+        ``pg_locks`` (:func:`_alive`), which copies the server's whole lock table."""
         if schema is not None and not _NAME_RE.match(schema):
             raise ConfigurationError(f"schema must be a plain SQL identifier, got {schema!r}")
         self.schema = schema
@@ -297,6 +301,7 @@ class Queries:
         self.pending_tools, self.runs, self.versions = f"{p}pending_tools", f"{p}runs", f"{p}schema_version"
         self.pending_metadata, self.readings = f"{p}pending_metadata", f"{p}readings"
         self.lock_key = zlib.crc32((schema or "").encode()) - 2**31
+        alive = _probe if probe_locks else _alive
         self.record_columns = (
             "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, "
             "t.metadata::text, CASE WHEN t.pending_count > 0 THEN (SELECT json_agg(json_build_array("
@@ -304,15 +309,16 @@ class Queries:
             f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
+        self._alive = alive
         self._append_sql: dict[tuple[bool, int, int, int, bool, bool, bool], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
-            f"(SELECT CASE WHEN {_alive('%(owner)s::bigint')} THEN true "
+            f"(SELECT CASE WHEN {alive('%(owner)s::bigint')} THEN true "
             f"ELSE {p}fail('{LOST_LOCK_STATE}', 'handrail: the liveness lock of this saver is not held') END)"
         )
         self._claim_sql = (  # forget the thread's dead runs, claim this one, while our lock is held
             f"WITH dead AS (DELETE FROM {self.runs} AS r WHERE r.thread_id = %(thread)s "
-            f"AND r.run_id <> %(claim)s AND NOT {_alive('r.owner_key')}) "
+            f"AND r.run_id <> %(claim)s AND NOT {alive('r.owner_key')}) "
             f"INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) "
             f"SELECT %(thread)s, %(claim)s, %(owner)s, %(now)s WHERE {self._lock_held} "
             "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key"
@@ -597,7 +603,7 @@ class Queries:
             keep = "ARRAY[%(claim)s, %(release)s]" if release else "ARRAY[%(claim)s]"
             ctes.append(
                 f"dead AS (DELETE FROM {self.runs} AS r WHERE r.thread_id = %(thread)s "
-                f"AND r.run_id <> ALL ({keep}::text[]) AND NOT {_alive('r.owner_key')} AND {go})"
+                f"AND r.run_id <> ALL ({keep}::text[]) AND NOT {self._alive('r.owner_key')} AND {go})"
             )
         if claim == 1:
             ctes.append(
@@ -864,11 +870,23 @@ class Queries:
     def runs_alive(self, thread_id: str) -> Op[set[str]]:
         (result,) = yield [
             Query(
-                f"SELECT r.run_id FROM {self.runs} AS r WHERE r.thread_id = %s AND {_alive('r.owner_key')}",
+                f"SELECT r.run_id FROM {self.runs} AS r "
+                f"WHERE r.thread_id = %s AND {self._alive('r.owner_key')}",
                 (thread_id,),
             )
         ]
         return {row[0] for row in result.rows}
+
+
+def _probe(key: str) -> str:
+    """Whether another session holds the advisory lock on ``key``: try to share it.
+
+    The try fails at once against an owner's exclusive lock; if it succeeds, the shared
+    lock lasts until the statement's commit, and nobody holds the key as an owner. Only
+    right where the checking session cannot be the owner itself (its own lock would not
+    stop it).
+    """
+    return f"NOT pg_catalog.pg_try_advisory_xact_lock_shared({key})"
 
 
 def _alive(key: str) -> str:

@@ -459,7 +459,8 @@ class PostgresSaver(BaseCheckpointSaver):
         *,
         schema: str | None = None,
     ) -> None:
-        self._queries = Queries(schema)
+        # on a pool, the liveness lock has a connection of its own: check it by trying it
+        self._queries = Queries(schema, probe_locks=isinstance(conn, ConnectionPool))
         self._pool: ConnectionPool[Any] | None = None
         self._conn: psycopg.Connection[Any] | None = None
         if isinstance(conn, ConnectionPool):
@@ -855,7 +856,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         *,
         schema: str | None = None,
     ) -> None:
-        self._queries = Queries(schema)
+        self._queries = Queries(schema, probe_locks=isinstance(conn, AsyncConnectionPool))
         self._pool: AsyncConnectionPool[Any] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         if isinstance(conn, AsyncConnectionPool):
