@@ -298,15 +298,20 @@ def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
         PostgresSaver.from_conn_string(postgres, schema=schema) as mine,
         PostgresSaver.from_conn_string(postgres, schema=schema) as other,
     ):
-        build = mine._queries._build_append
+        original = mine._queries.append
 
-        def spy(**shape: Any) -> str:
-            sql = build(**shape)
-            sent.append(sql)
-            return sql
+        def spy(*args: Any, **kwargs: Any) -> Any:  # records the SQL of each append
+            op = original(*args, **kwargs)
+            batch = next(op)
+            sent.append(batch[0].sql)
+            results = yield batch
+            try:
+                op.send(results)
+            except StopIteration as stop:
+                return stop.value
+            raise AssertionError("an append is one statement")  # pragma: no cover
 
-        mine._queries._build_append = spy  # type: ignore[method-assign]
-        mine._queries._append_sql.clear()
+        mine._queries.append = spy  # type: ignore[method-assign]
         mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
         mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
         assert "cleared" not in sent[-1]  # its own last append left no review
@@ -332,6 +337,20 @@ def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
         with pytest.raises(ConflictError):
             mine.append("t", events(5, 1), expected_seq=4, record=record("t", 5))
         assert [i.review.interrupt_id for i in mine.list_pending(PendingFilter())] == ["i1"]
+
+        # what it knows of the metadata rows: none where the thread had no metadata
+        def paused(head: int, metadata: dict[str, Any]) -> ThreadRecord:
+            return ThreadRecord("m", head, "interrupted", "e", 1.0, 2.0, metadata, (ask,))
+
+        mine.append("m", events(1, 1), expected_seq=0, record=paused(1, {}))
+        assert "tagged" not in sent[-1]  # no metadata: no metadata rows to write
+        mine.append("m", events(2, 1), expected_seq=1, record=paused(2, {"team": "a"}))
+        assert "cleared_tools" in sent[-1] and "cleared_metadata" not in sent[-1] and "tagged" in sent[-1]
+        assert [i.thread_id for i in mine.list_pending(PendingFilter(metadata={"team": "a"}))] == ["m"]
+        mine.append("m", events(3, 1), expected_seq=2, record=record("m", 3))
+        assert "cleared_metadata" in sent[-1]
+        assert _sql(postgres, schema, "SELECT count(*) FROM handrail_pending_metadata") == [(0,)]
+        assert mine.list_pending(PendingFilter(metadata={"team": "a"})) == []
 
 
 def test_an_append_sent_without_waiting_is_confirmed_by_the_next_call_for_its_thread(

@@ -310,7 +310,7 @@ class Queries:
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
         self._alive = alive
-        self._append_sql: dict[tuple[bool, int, int, int, bool, bool, bool], str] = {}
+        self._append_sql: dict[tuple[bool, int, int, int, bool, bool, int, bool], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
             f"(SELECT CASE WHEN {alive('%(owner)s::bigint')} THEN true "
@@ -385,15 +385,17 @@ class Queries:
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        clear: bool = True,
+        clear: int = 2,
     ) -> Op[None]:
         """One statement: move the head (or conflict), then write everything else.
 
         ``claim`` is ``(run_id, owner_key)``: the run is claimed, then ``release`` released.
-        ``reading`` takes the place of the thread's saved reading. ``clear=False``: the
-        thread has no pending rows at ``expected_seq`` (the saver knows it from its own
-        last append; if another writer moved the thread since, the head check fails), so
-        the statement leaves out the deletes of the old ones.
+        ``reading`` takes the place of the thread's saved reading. ``clear`` is what the
+        thread may hold at ``expected_seq``: 2, pending reviews with their tool and
+        metadata rows; 1, reviews and tool rows but no metadata rows (its metadata was
+        empty); 0, no review. The saver knows it from its own last append (if another
+        writer moved the thread since, the head check fails), so the statement leaves
+        out the deletes that would find nothing.
         ``durable=False``: the statement sets ``synchronous_commit`` off for its own
         transaction, so its commit does not wait for the WAL flush (the server keeps it
         if our process dies; WAL order makes the next durable commit flush it too).
@@ -460,7 +462,8 @@ class Queries:
             claiming + 3 * (release is not None),
             durable,
             reading is not None,
-            clear or expected_seq == 0,
+            2 if expected_seq == 0 else clear,
+            bool(record.metadata),
         )
         sql = self._append_sql.get(shape)
         if sql is None:
@@ -472,7 +475,8 @@ class Queries:
                 release=release is not None,
                 durable=durable,
                 reading=reading is not None,
-                clear=clear or expected_seq == 0,
+                clear=2 if expected_seq == 0 else clear,
+                tag=bool(record.metadata),
             )
         yield [Query(sql, params, prepare=True)]
 
@@ -486,7 +490,8 @@ class Queries:
         release: bool,
         durable: bool = True,
         reading: bool = False,
-        clear: bool = True,
+        clear: int = 2,
+        tag: bool = True,
     ) -> str:
         """The SQL of an append: data-modifying CTEs, each done only if the head moved.
 
@@ -502,7 +507,7 @@ class Queries:
             "head_seq = %(head)s, status = %(status)s, created_at = %(created)s, updated_at = %(updated)s, "
             "metadata = %(metadata)s::jsonb, pending_count = %(count)s"
         )
-        returned = "metadata" if pending else "1"  # tagged reads it; others only look for a row
+        returned = "metadata" if pending and tag else "1"  # tagged reads it; others look for a row
         if new:  # a new thread, or one still at event 0
             moved = (
                 f"INSERT INTO {self.threads} AS t (thread_id, epoch, head_seq, status, created_at, "
@@ -522,18 +527,23 @@ class Queries:
         # reviews (until a vacuum).
         had = "EXISTS (SELECT FROM cleared)"
         ctes = [f"moved AS ({moved})"]
+        deletes: dict[str, str] = {}
         if clear:
-            ctes += [
-                f"cleared AS (DELETE FROM {self.pending} WHERE thread_id = %(thread)s AND {go} RETURNING 1)",
-                f"cleared_tools AS (DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {had} "
-                "RETURNING 1)",
-                f"cleared_metadata AS (DELETE FROM {self.pending_metadata} WHERE thread_id = %(thread)s "
-                f"AND {had} RETURNING 1)",
-            ]
+            deletes["cleared"] = (
+                f"DELETE FROM {self.pending} WHERE thread_id = %(thread)s AND {go} RETURNING 1"
+            )
+            deletes["cleared_tools"] = (
+                f"DELETE FROM {self.pending_tools} WHERE thread_id = %(thread)s AND {had} RETURNING 1"
+            )
+        if clear == 2:
+            deletes["cleared_metadata"] = (
+                f"DELETE FROM {self.pending_metadata} WHERE thread_id = %(thread)s AND {had} RETURNING 1"
+            )
+        ctes += [f"{name} AS ({sql})" for name, sql in deletes.items()]
 
         # a CTE that reads another waits for it to finish: the new rows go in after the deletes
         def after(cte: str) -> str:
-            return f"(SELECT count(*) FROM {cte}) >= 0 AND " if clear else ""
+            return f"(SELECT count(*) FROM {cte}) >= 0 AND " if cte in deletes else ""
 
         if events:
             if events == _IN_ARRAYS:
@@ -594,11 +604,15 @@ class Queries:
                 "SELECT DISTINCT t.tool, a.created_at, %(thread)s, a.interrupt_id, a.id, a.page_key "
                 "FROM keyed AS a CROSS JOIN unnest(a.tools) AS t (tool) "
                 f"WHERE {after('cleared_tools')}TRUE)",
-                f"tagged AS (INSERT INTO {self.pending_metadata} "
-                "(key, value, page_key, thread_id, pending_id) "
-                "SELECT e.key, e.value, a.page_key, %(thread)s, a.id FROM keyed AS a CROSS JOIN moved AS m "
-                f"CROSS JOIN jsonb_each(m.metadata) AS e WHERE {after('cleared_metadata')}{_INDEXED_SQL})",
             ]
+            if tag:  # the thread has metadata: its indexed entries go with each review
+                ctes.append(
+                    f"tagged AS (INSERT INTO {self.pending_metadata} "
+                    "(key, value, page_key, thread_id, pending_id) "
+                    "SELECT e.key, e.value, a.page_key, %(thread)s, a.id "
+                    "FROM keyed AS a CROSS JOIN moved AS m "
+                    f"CROSS JOIN jsonb_each(m.metadata) AS e WHERE {after('cleared_metadata')}{_INDEXED_SQL})"
+                )
         if claim:
             keep = "ARRAY[%(claim)s, %(release)s]" if release else "ARRAY[%(claim)s]"
             ctes.append(

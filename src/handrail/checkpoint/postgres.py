@@ -388,29 +388,29 @@ def _check_pool_size(pool_size: int) -> None:
 
 
 class _Cleared:
-    """The threads this saver's own last append left with no pending review: their head.
+    """What this saver's own last append left in a thread's pending tables, at which head.
 
-    An append at that head and epoch has no old pending rows to delete (another writer
-    would have moved the head, and the append's head check would fail), so its statement
-    leaves the deletes out: fewer tables for the server to open on most appends.
+    An append at that head and epoch finds exactly that (another writer would have
+    moved the head, and the append's head check would fail), so its statement leaves
+    out the deletes that would find nothing: fewer tables for the server to open.
     """
 
     __slots__ = ("heads",)
     LIMIT = 4096  # threads remembered; an older one just takes the full statement
 
     def __init__(self) -> None:
-        self.heads: dict[str, tuple[int, str]] = {}
+        self.heads: dict[str, tuple[int, str, int]] = {}
 
-    def may_have_pending(self, thread_id: str, expected_seq: int, epoch: str) -> bool:
-        return self.heads.get(thread_id) != (expected_seq, epoch)
+    def rows_at(self, thread_id: str, expected_seq: int, epoch: str) -> int:
+        """``clear`` for :meth:`Queries.append`: 2 (anything) unless known better."""
+        known = self.heads.get(thread_id)
+        return known[2] if known is not None and known[:2] == (expected_seq, epoch) else 2
 
     def appended(self, thread_id: str, record: ThreadRecord) -> None:
         heads = self.heads
-        if record.pending:
-            heads.pop(thread_id, None)
-            return
         heads.pop(thread_id, None)  # re-insert: the dict's order is the order of use
-        heads[thread_id] = (record.head_seq, record.epoch)
+        rows = 0 if not record.pending else (2 if record.metadata else 1)
+        heads[thread_id] = (record.head_seq, record.epoch, rows)
         if len(heads) > self.LIMIT:
             heads.pop(next(iter(heads)), None)
 
@@ -622,7 +622,7 @@ class PostgresSaver(BaseCheckpointSaver):
                     release=release,
                     durable=durable,
                     reading=reading,
-                    clear=self._cleared.may_have_pending(thread_id, expected_seq, record.epoch),
+                    clear=self._cleared.rows_at(thread_id, expected_seq, record.epoch),
                 )
                 try:
                     self._run(op)
@@ -714,7 +714,7 @@ class PostgresSaver(BaseCheckpointSaver):
             expected_seq,
             record,
             durable=False,
-            clear=self._cleared.may_have_pending(thread_id, expected_seq, record.epoch),
+            clear=self._cleared.rows_at(thread_id, expected_seq, record.epoch),
         )
         (query,) = next(op)
         op.close()
@@ -995,7 +995,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                     release=release,
                     durable=durable,
                     reading=reading,
-                    clear=self._cleared.may_have_pending(thread_id, expected_seq, record.epoch),
+                    clear=self._cleared.rows_at(thread_id, expected_seq, record.epoch),
                 )
                 try:
                     await self._run(op)
