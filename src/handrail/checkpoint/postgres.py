@@ -77,7 +77,7 @@ import re
 import secrets
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -301,7 +301,20 @@ def _failed(results: list[Any], also_fine: bytes = b"") -> bytes | None:
     return None
 
 
-def _run_prepared(conn: psycopg.Connection[Any], query: Query) -> list[Result] | None:
+# A statement's exchanges with the server, written once: each ``yield`` hands a libpq
+# generator to wait on (``Connection.wait``, sync or async) and receives its results.
+_Exchange = Generator[Any, Any, "list[Result] | None"]
+
+
+def _prepare(pgconn: Any, statement: _Statement, prepared: set[bytes]) -> Generator[Any, Any, None]:
+    """Prepare ``statement`` on this session unless it already was."""
+    if statement.name not in prepared:
+        pgconn.send_prepare(statement.name, statement.sql)
+        _failed((yield generators.execute(pgconn)), _ALREADY_PREPARED)
+        prepared.add(statement.name)
+
+
+def _prepared_exchange(conn: Any, query: Query) -> _Exchange:
     """Perform a statement prepared once per connection; None if it needs psycopg's execute.
 
     Its rows are not read: the statements made this way (appends) return none that matter.
@@ -312,36 +325,40 @@ def _run_prepared(conn: psycopg.Connection[Any], query: Query) -> list[Result] |
     statement, values, prepared = usable
     pgconn = conn.pgconn
     for _ in range(2):
-        if statement.name not in prepared:
-            pgconn.send_prepare(statement.name, statement.sql)
-            _failed(conn.wait(generators.execute(pgconn)), _ALREADY_PREPARED)
-            prepared.add(statement.name)
+        yield from _prepare(pgconn, statement, prepared)
         pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
-        results = conn.wait(generators.execute(pgconn))
+        results = yield generators.execute(pgconn)
         if _failed(results, _NOT_PREPARED) is None:
             return [Result([], -1) for _ in results]
         prepared.clear()  # the session lost its statements (DISCARD ALL): prepare again
     raise RuntimeError("the server forgot a statement just prepared")  # pragma: no cover
 
 
+def _drive(conn: psycopg.Connection[Any], exchange: Generator[Any, Any, T]) -> T:
+    """Run an exchange to its end, waiting with blocking calls."""
+    answer = None
+    while True:
+        try:
+            wait_for = exchange.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = conn.wait(wait_for)
+
+
+def _run_prepared(conn: psycopg.Connection[Any], query: Query) -> list[Result] | None:
+    """:func:`_prepared_exchange`, waiting with blocking calls."""
+    return _drive(conn, _prepared_exchange(conn, query))
+
+
 async def _run_prepared_async(conn: psycopg.AsyncConnection[Any], query: Query) -> list[Result] | None:
-    """Async :func:`_run_prepared`."""
-    usable = _usable(conn, query)
-    if usable is None:
-        return None
-    statement, values, prepared = usable
-    pgconn = conn.pgconn
-    for _ in range(2):
-        if statement.name not in prepared:
-            pgconn.send_prepare(statement.name, statement.sql)
-            _failed(await conn.wait(generators.execute(pgconn)), _ALREADY_PREPARED)
-            prepared.add(statement.name)
-        pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
-        results = await conn.wait(generators.execute(pgconn))
-        if _failed(results, _NOT_PREPARED) is None:
-            return [Result([], -1) for _ in results]
-        prepared.clear()
-    raise RuntimeError("the server forgot a statement just prepared")  # pragma: no cover
+    """:func:`_prepared_exchange`, waiting with ``await``."""
+    exchange, answer = _prepared_exchange(conn, query), None
+    while True:
+        try:
+            wait_for = exchange.send(answer)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        answer = await conn.wait(wait_for)
 
 
 def _append_error(queries: Queries, exc: psycopg.Error, thread_id: str, expected_seq: int) -> Exception:
@@ -726,10 +743,7 @@ class PostgresSaver(BaseCheckpointSaver):
                 return False
             statement, values, prepared = usable
             pgconn = conn.pgconn
-            if statement.name not in prepared:
-                pgconn.send_prepare(statement.name, statement.sql)
-                _failed(conn.wait(generators.execute(pgconn)), _ALREADY_PREPARED)
-                prepared.add(statement.name)
+            _drive(conn, _prepare(pgconn, statement, prepared))
             pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
             conn.wait(generators.send(pgconn))  # all of it is on its way: the server goes on alone
         except BaseException as exc:
