@@ -531,9 +531,14 @@ class PostgresSaver(BaseCheckpointSaver):
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        # getconn/putconn rather than pool.connection(): our operations leave the connection
+        # idle (_run_sync rolls back otherwise), so the commit its exit makes is not needed
         if self._pool is not None:
-            with self._pool.connection() as conn:
+            conn = self._pool.getconn()
+            try:
                 yield conn
+            finally:
+                self._pool.putconn(conn)
         else:
             assert self._conn is not None
             with self._conn_lock:
@@ -542,10 +547,21 @@ class PostgresSaver(BaseCheckpointSaver):
     def _run(self, op: Op[T], *, ready: bool = True) -> T:
         if ready and not self._ready:
             self.setup()
-        with self._connection() as conn:
-            if not conn.autocommit:
-                raise _not_autocommit()
-            return _run_sync(conn, op)
+        pool = self._pool
+        if pool is None:
+            with self._connection() as conn:
+                return self._run_on(conn, op)
+        conn = pool.getconn()  # what _connection() does, without a generator: every append
+        try:
+            return self._run_on(conn, op)
+        finally:
+            pool.putconn(conn)
+
+    @staticmethod
+    def _run_on(conn: psycopg.Connection[Any], op: Op[T]) -> T:
+        if not conn.autocommit:
+            raise _not_autocommit()
+        return _run_sync(conn, op)
 
     def schema_migrations(self) -> tuple[Migration, ...]:
         """The schema, version by version (a subclass may add its own at the end).
