@@ -344,7 +344,8 @@ class WaitRecordingSaver(InMemorySaver):
 
 
 def test_only_the_commit_before_an_unwrapped_model_call_may_skip_waiting(make_agent: AgentFactory) -> None:
-    """A store may confirm the commit before a model call after it (append(wait=False)).
+    """Rules 7 and 8: a store may confirm the commit before a model call after it
+    (append(wait=False)), so a conflict is still known before any call acts.
 
     Never the commit before a tool acts, a durable one, or a run's first (which is the
     one that finds a stale cached reading); and never when middleware wraps the model
@@ -380,6 +381,7 @@ def test_only_the_commit_before_an_unwrapped_model_call_may_skip_waiting(make_ag
 def test_a_run_that_stops_in_the_model_call_still_hears_how_its_last_append_went(
     make_agent: AgentFactory,
 ) -> None:
+    """Rule 7: the commit before the model call is confirmed even when the call fails."""
     saver = WaitRecordingSaver()
 
     def down(messages: Any) -> Any:

@@ -247,7 +247,8 @@ def test_what_postgres_cannot_hold_is_refused_clearly(postgres: str, schema: str
 
 
 def test_a_nul_in_a_text_field_is_refused_not_cut(postgres: str, schema: str) -> None:
-    """Appends send their parameters through libpq, which would end a text value at a NUL."""
+    """Rule 10: appends send their parameters through libpq, which would end a text value at
+    a NUL; such a value is refused, never stored cut."""
     ask = PendingReview("i\x00tail", "interrupt", ("write_file",), 5.0, b"{}")
     paused = ThreadRecord("t", 1, "interrupted", "e", 1.0, 2.0, {}, (ask,))
     with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
@@ -356,7 +357,8 @@ def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
 def test_an_append_sent_without_waiting_is_confirmed_by_the_next_call_for_its_thread(
     postgres: str, schema: str
 ) -> None:
-    """``append(wait=False)``: sent, committed by the server meanwhile, its answer read later."""
+    """Rules 7 and 8: ``append(wait=False)`` is sent, committed by the server meanwhile, and
+    its answer read on the thread's next call, which raises its conflict and saves nothing."""
     with (
         PostgresSaver.from_conn_string(postgres, schema=schema, pool_size=4) as saver,
         PostgresSaver.from_conn_string(postgres, schema=schema) as other,

@@ -314,6 +314,14 @@ def _prepare(pgconn: Any, statement: _Statement, prepared: set[bytes]) -> Genera
         prepared.add(statement.name)
 
 
+def _send(
+    pgconn: Any, statement: _Statement, values: list[bytes | None], prepared: set[bytes]
+) -> Generator[Any, Any, None]:
+    """Send ``statement`` with ``values`` (preparing it first on this session if need be)."""
+    yield from _prepare(pgconn, statement, prepared)
+    pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
+
+
 def _prepared_exchange(conn: Any, query: Query) -> _Exchange:
     """Perform a statement prepared once per connection; None if it needs psycopg's execute.
 
@@ -325,8 +333,7 @@ def _prepared_exchange(conn: Any, query: Query) -> _Exchange:
     statement, values, prepared = usable
     pgconn = conn.pgconn
     for _ in range(2):
-        yield from _prepare(pgconn, statement, prepared)
-        pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
+        yield from _send(pgconn, statement, values, prepared)
         results = yield generators.execute(pgconn)
         if _failed(results, _NOT_PREPARED) is None:
             return [Result([], -1) for _ in results]
@@ -758,10 +765,8 @@ class PostgresSaver(BaseCheckpointSaver):
                 pool.putconn(conn)
                 return False
             statement, values, prepared = usable
-            pgconn = conn.pgconn
-            _drive(conn, _prepare(pgconn, statement, prepared))
-            pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
-            conn.wait(generators.send(pgconn))  # all of it is on its way: the server goes on alone
+            _drive(conn, _send(conn.pgconn, statement, values, prepared))
+            conn.wait(generators.send(conn.pgconn))  # all of it is on its way: the server goes on alone
         except BaseException as exc:
             pool.putconn(conn)  # the pool throws away a connection left mid-query
             if isinstance(exc, psycopg.Error):

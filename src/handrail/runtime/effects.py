@@ -14,7 +14,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -178,7 +178,7 @@ class Persist(Effect):
     # sent, and confirm it on the next call for the thread (``append(wait=False)``)
     wait: bool = True
 
-    def _take(self, env: Env) -> tuple[list[Event], list[StoredEvent], ThreadRecord, int] | None:
+    def _take(self, env: Env) -> tuple[list[Event], list[StoredEvent], int] | None:
         """Prepare, and when flushing hand back what to append (emptying the buffer)."""
         buffer(env, self.events)
         if not self.flush or not env.buffer:
@@ -186,10 +186,21 @@ class Persist(Effect):
         try:
             events, env.buffer = env.buffer, []
             stored = [encode_event(event, env.thread_id) for event in events]
-            assert env.fold is not None
-            return events, stored, thread_record(env.fold), env.buffer_from
+            return events, stored, env.buffer_from
         except BaseException:
             env.broken = True  # the fold may hold events the store will not: stop here
+            raise
+
+    def _record(self, env: Env, durable: bool) -> ThreadRecord:
+        """The thread row; the steps between a run's durable commits keep its time."""
+        fold = env.fold
+        assert fold is not None
+        last = env.last_record
+        kept = not durable and last is not None and last.status == thread_status(fold)
+        try:
+            return thread_record(fold, updated_at=last.updated_at if kept and last else None)
+        except BaseException:
+            env.broken = True  # the buffer is already taken: stop here
             raise
 
     def _conflict(self, env: Env, events: list[Event], exc: ConflictError) -> ConflictError:
@@ -231,16 +242,12 @@ class Persist(Effect):
         taken = self._take(env)
         if taken is None:
             return None
-        events, stored, record, expected = taken
+        events, stored, expected = taken
         claim, release = self._liveness(env, events)
         durable = self._durable(events, claim)
-        last = env.last_record
-        if not durable and last is not None and last.status == record.status:
-            # the steps between a run's durable commits keep the row's time (see thread_record)
-            record = replace(record, updated_at=last.updated_at)
         kwargs = {
             "expected_seq": expected,
-            "record": record,
+            "record": self._record(env, durable),
             "claim": claim,
             "release": release,
             **_relaxed(env.store, durable, method),
@@ -422,24 +429,28 @@ def _assign_message_ids(event: Event) -> None:
 _WITH_MESSAGES = frozenset({"input", "step", "update", "tool_finished"})  # events that may add messages
 
 
-def thread_record(fold: ThreadFold) -> ThreadRecord:
+def thread_status(fold: ThreadFold) -> ThreadStatus:
+    """The thread's status, as its row gives it."""
+    return "interrupted" if fold.pending else ("running" if fold.next else "idle")
+
+
+def thread_record(fold: ThreadFold, *, updated_at: float | None = None) -> ThreadRecord:
     """The thread row for the store, from the fold after an append.
 
-    Its ``updated_at`` is the time of the fold's last event. An append that need not
+    Its ``updated_at`` is the time of the fold's last event, unless given. An append that need not
     wait for the disk (a tool's result, the state before a model call) keeps the time
     of the run's last append instead, while the status is the same: the row's time
     tells when a run started, paused or finished, and the store need not move the
     thread in its by-time indexes at every step (an update that changes no indexed
     column is cheaper for SQLite and PostgreSQL alike).
     """
-    status: ThreadStatus = "interrupted" if fold.pending else ("running" if fold.next else "idle")
     return ThreadRecord(
         thread_id=fold.thread_id,
         head_seq=fold.head_seq,
-        status=status,
+        status=thread_status(fold),
         epoch=fold.epoch,
         created_at=fold.created_at,
-        updated_at=fold.updated_at,
+        updated_at=fold.updated_at if updated_at is None else updated_at,
         metadata=dict(fold.metadata),
         pending=tuple(
             PendingReview(
