@@ -253,7 +253,7 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
     store = agent.checkpointer
     record = store._records["t1"]  # type: ignore[union-attr]
     (pending,) = record.pending
-    assert pending.payload[:1] == b"\x04"
+    assert pending.payload[:2] == b"\x05\x04"  # its interrupt event's payload, compressed
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
     damaged = pending.payload[:-6] + b"\x00" * 6
@@ -263,3 +263,83 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
         match=f"thread 't1', pending interrupt {pending.interrupt_id}: damaged compressed payload",
     ):
         agent.list_interrupts()
+
+
+def test_a_review_is_serialised_once_for_the_log_and_the_inbox(make_agent: AgentFactory) -> None:
+    """The inbox payload of a new review is the stored bytes of the interrupt event that raised it."""
+    agent = make_agent([turn(call("write_file", path="notes.txt", content="lorem ipsum dolor " * 40))])
+    agent.invoke({"messages": "go"}, config())
+    store = agent.checkpointer
+    (pending,) = store._records["t1"].pending  # type: ignore[union-attr]
+    (event,) = [e for e in store._events["t1"] if e.kind == "interrupt"]  # type: ignore[union-attr]
+    assert pending.payload == b"\x05" + event.payload
+    (item,) = agent.list_interrupts().items
+    assert item.interrupt == agent.get_state(config()).interrupts[0]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "compressed"])
+def test_an_inbox_payload_of_the_earlier_form_still_loads(make_agent: AgentFactory, packed: bool) -> None:
+    """Reviews saved before format v2.1 hold their value's own JSON; the inbox still reads them."""
+    from dataclasses import replace
+
+    from handrail.runtime.events import pack_payload
+
+    agent = make_agent([turn(call("write_file", path="notes.txt", content="lorem ipsum dolor " * 40))])
+    agent.invoke({"messages": "go"}, config())
+    store = agent.checkpointer
+    record = store._records["t1"]  # type: ignore[union-attr]
+    (pending,) = record.pending
+    value = agent.get_state(config()).interrupts[0].value
+    earlier = pack_payload(dumps(value)) if packed else dumps(value)
+    assert earlier[:1] == (b"\x04" if packed else b"{")
+    store._records["t1"] = replace(record, pending=(replace(pending, payload=earlier),))  # type: ignore[union-attr]
+    (item,) = agent.list_interrupts().items
+    assert item.interrupt.value == value
+
+
+def test_an_inbox_payload_naming_another_interrupt_is_refused(make_agent: AgentFactory) -> None:
+    from dataclasses import replace
+
+    from handrail.runtime.events import pack_payload, review_payload
+
+    agent = make_agent([turn(call("write_file", path="a", content="b"))])
+    agent.invoke({"messages": "go"}, config())
+    store = agent.checkpointer
+    record = store._records["t1"]  # type: ignore[union-attr]
+    (pending,) = record.pending
+    other = review_payload(pack_payload(dumps({"id": "someone-else", "step": "x", "value": 1})))
+    store._records["t1"] = replace(record, pending=(replace(pending, payload=other),))  # type: ignore[union-attr]
+    with pytest.raises(
+        SerializationError,
+        match=f"thread 't1', pending interrupt {pending.interrupt_id}: its payload is not the interrupt",
+    ):
+        agent.list_interrupts()
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_random_and_truncated_inbox_payloads_raise_only_serialization_errors(data: st.DataObject) -> None:
+    """Rule 10 for the inbox: a damaged review payload loads as its value or fails naming it."""
+    from handrail.runtime.events import decode_review, pack_payload, review_payload
+
+    value = {"action_requests": [{"name": "write_file", "args": {"content": "lorem ipsum " * 40}}]}
+    event = pack_payload(dumps({"id": "i1", "step": "after_model", "value": value}))
+    payload = data.draw(st.sampled_from([review_payload(event), pack_payload(dumps(value))]))
+    mode = data.draw(st.sampled_from(["truncate", "random", "flip", "marked"]))
+    if mode == "truncate":
+        payload = payload[: data.draw(st.integers(0, max(0, len(payload) - 1)))]
+    elif mode == "random":
+        payload = data.draw(st.binary(max_size=200))
+    elif mode == "marked":
+        payload = b"\x05" + data.draw(st.binary(max_size=200))
+    else:
+        position = data.draw(st.integers(0, len(payload) - 1))
+        payload = (
+            payload[:position]
+            + bytes([payload[position] ^ data.draw(st.integers(1, 255))])
+            + payload[position + 1 :]
+        )
+    try:
+        decode_review(payload, "t1", "i1")
+    except SerializationError as exc:
+        assert "pending interrupt i1" in str(exc) and "'t1'" in str(exc)

@@ -21,7 +21,6 @@ import orjson
 
 from handrail.checkpoint.base import BaseCheckpointSaver, PendingFilter, ThreadFilter, ThreadRecord
 from handrail.checkpoint.memory import InMemorySaver
-from handrail.checkpoint.serde import loads
 from handrail.errors import ConfigurationError, InvalidInputError
 from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
@@ -29,7 +28,7 @@ from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
 from handrail.runtime import loop, maintenance, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync
-from handrail.runtime.events import unpack_payload
+from handrail.runtime.events import decode_review
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
 from handrail.types import AuditEntry, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
@@ -760,13 +759,7 @@ def _page(items: list[Any], limit: int) -> InterruptPage:
         PendingInterrupt(
             thread_id=item.thread_id,
             interrupt=Interrupt(
-                value=loads(
-                    unpack_payload(
-                        item.review.payload, item.thread_id, f"pending interrupt {item.review.interrupt_id}"
-                    ),
-                    thread_id=item.thread_id,
-                    record=f"pending interrupt {item.review.interrupt_id}",
-                ),
+                value=decode_review(item.review.payload, item.thread_id, item.review.interrupt_id),
                 id=item.review.interrupt_id,
             ),
             kind=item.review.kind,

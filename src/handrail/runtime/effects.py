@@ -42,7 +42,7 @@ from handrail.runtime.context import (
     reset_current_task,
     set_current_task,
 )
-from handrail.runtime.events import Event, encode_event, pack_payload
+from handrail.runtime.events import Event, encode_event, pack_payload, review_payload
 from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, run_coroutine_sync
@@ -186,6 +186,8 @@ class Persist(Effect):
         try:
             events, env.buffer = env.buffer, []
             stored = [encode_event(event, env.thread_id) for event in events]
+            if env.fold is not None and env.fold.pending:
+                _share_review_payloads(env.fold, events, stored)
             return events, stored, env.buffer_from
         except BaseException:
             env.broken = True  # the fold may hold events the store will not: stop here
@@ -465,6 +467,15 @@ def thread_record(fold: ThreadFold, *, updated_at: float | None = None) -> Threa
         if fold.pending
         else (),
     )
+
+
+def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[StoredEvent]) -> None:
+    """Give each review raised in this append its event's stored bytes as its inbox payload."""
+    for event, row in zip(events, stored, strict=True):
+        if event.kind == "interrupt":
+            record = fold.pending.get(event.data["id"])
+            if record is not None and record.stored is None:
+                object.__setattr__(record, "stored", review_payload(row.payload))  # a cache, not state
 
 
 def _inbox_payload(record: InterruptRecord, thread_id: str) -> bytes:

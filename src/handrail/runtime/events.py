@@ -53,7 +53,16 @@ from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.serde import dumps, loads
 from handrail.errors import SerializationError
 
-__all__ = ["AUDIT_KINDS", "CHECKPOINT_KINDS", "EVENT_KINDS", "Event", "decode_event", "encode_event"]
+__all__ = [
+    "AUDIT_KINDS",
+    "CHECKPOINT_KINDS",
+    "EVENT_KINDS",
+    "Event",
+    "decode_event",
+    "decode_review",
+    "encode_event",
+    "review_payload",
+]
 
 EVENT_KINDS = frozenset(
     {
@@ -101,6 +110,7 @@ COMPRESS_OVER = 256
 _ZDICT_V1_MARK = b"\x02"  # zlib against _ZDICT_V1 (read only)
 _ZSTD_V1_MARK = b"\x03"  # Zstandard with _ZDICT_V1 as a raw-content dictionary (read only)
 _ZSTD_V2_MARK = b"\x04"  # Zstandard with the trained dictionary _ZDICT_V2, checksummed (written)
+_EVENT_VALUE_MARK = b"\x05"  # an inbox payload that is its interrupt event's stored payload (v2.1)
 _MAX_PAYLOAD = 64 * 1024 * 1024  # a frame that claims more is damaged, not loaded
 # Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
 _ZDICT_V1 = b"".join(
@@ -271,6 +281,34 @@ def encode_event(event: Event, thread_id: str) -> StoredEvent:
     """Serialise an event for the store (compressing larger payloads)."""
     payload = pack_payload(dumps(event.data, where=lambda: f"{event.kind} event of thread {thread_id!r}"))
     return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
+
+
+def review_payload(interrupt_payload: bytes) -> bytes:
+    """The inbox payload of a pending review, from the stored payload of its ``interrupt`` event.
+
+    The review's value is in that payload already, serialised and compressed: the inbox
+    keeps the same bytes behind a marker rather than making them a second time.
+    """
+    return _EVENT_VALUE_MARK + interrupt_payload
+
+
+def decode_review(payload: bytes, thread_id: str, interrupt_id: str) -> Any:
+    """The value of a pending review from its inbox payload, in either stored form.
+
+    A damaged payload raises :class:`SerializationError` naming the thread and the
+    interrupt (SPEC rule 10).
+    """
+    record = f"pending interrupt {interrupt_id}"
+    if payload[:1] != _EVENT_VALUE_MARK:
+        return loads(unpack_payload(payload, thread_id, record), thread_id=thread_id, record=record)
+    data = loads(unpack_payload(payload[1:], thread_id, record), thread_id=thread_id, record=record)
+    if not isinstance(data, dict) or "value" not in data or data.get("id") != interrupt_id:
+        raise SerializationError(
+            f"cannot load thread {thread_id!r}, {record}: its payload is not the interrupt event "
+            "that raised it",
+            thread_id=thread_id,
+        )
+    return data["value"]
 
 
 def decode_event(stored: StoredEvent, thread_id: str) -> Event:
