@@ -533,3 +533,59 @@ def test_an_append_that_only_moves_the_head_leaves_the_by_time_indexes_alone(tmp
         assert [t.thread_id for t in saver.list_threads(ThreadFilter(updated_after=2.5))] == ["t"]
         assert [t.thread_id for t in saver.list_threads(ThreadFilter(status="running"))] == ["u"]
         assert watcher.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _statements(saver: SqliteSaver, call: Any) -> list[str]:
+    """The SQL statements the saver runs during ``call`` (on every connection of its pool)."""
+    seen: list[str] = []
+    conn = saver._acquire()
+    saver._release(conn)
+    conn.set_trace_callback(seen.append)
+    try:
+        call()
+    finally:
+        conn.set_trace_callback(None)
+    return seen
+
+
+def test_an_append_after_its_own_last_one_checks_the_head_in_its_update(tmp_path: Path) -> None:
+    """Rule 8 at a statement less: the row this saver left is not read again, only checked."""
+    with SqliteSaver(tmp_path / "t.db") as saver:
+        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        seen = _statements(
+            saver, lambda: saver.append("t", events(2, 2), expected_seq=1, record=record("t", 3))
+        )
+        assert not [s for s in seen if s.startswith("SELECT")], seen
+        (update,) = [s for s in seen if s.startswith("UPDATE threads")]
+        assert "head_seq = 1 AND epoch = 'e'" in update
+        assert saver.get_thread("t") == record("t", 3)
+        assert [e.seq for e in saver.read("t").events] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted", "recreated"])
+def test_a_row_another_writer_changed_since_is_read_and_the_append_refused(tmp_path: Path, how: str) -> None:
+    """Rule 8: what this saver remembers of its last append never hides another writer's."""
+    path = tmp_path / "t.db"
+    with SqliteSaver(path) as mine, SqliteSaver(path) as other:
+        mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        if how == "moved":
+            other.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+            message = "expected it at event 1, found it at event 2"
+        elif how == "deleted":
+            other.delete_thread("t")
+            message = "expected it at event 1, found it at event 0"
+        else:
+            other.delete_thread("t")
+            again = ThreadRecord("t", 1, "idle", "e2", 1.0, 2.0, {}, ())
+            other.append("t", events(1, 1), expected_seq=0, record=again)
+            message = "deleted and started again"
+        before = other.read("t")
+        with pytest.raises(ConflictError, match=message):
+            mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        assert other.read("t") == before  # nothing of the refused append was saved
+        # the saver reads the row again next time: an append at the real head goes through
+        head = before.record.head_seq if before.record is not None else 0
+        epoch = before.record.epoch if before.record is not None else "e"
+        after = ThreadRecord("t", head + 1, "idle", epoch, 1.0, 2.0, {}, ())
+        mine.append("t", events(head + 1, 1), expected_seq=head, record=after)
+        assert mine.get_thread("t") == after

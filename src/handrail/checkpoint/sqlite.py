@@ -282,6 +282,7 @@ class _SqliteStore(BaseCheckpointSaver):
         self._failure = threading.local()  # why a SQL function of ours failed, per thread
         self._group_lock = threading.Lock()
         self._group: list[_Write] = []  # appends waiting for the leader's transaction
+        self._known = _Known()
         self._leading = False
         if isinstance(conn, sqlite3.Connection):
             conn.isolation_level = None
@@ -644,33 +645,41 @@ class _SqliteStore(BaseCheckpointSaver):
             with self._transaction(write=True, durable=durable) as conn:
                 if len(batch) == 1:
                     batch[0].renewed = self._apply(conn, batch[0])
-                    return
-                for write in batch:
-                    conn.execute("SAVEPOINT handrail_append")
-                    try:
-                        write.renewed = self._apply(conn, write)
-                    except Exception as exc:
-                        conn.execute("ROLLBACK TO handrail_append")
-                        write.error = exc
-                    conn.execute("RELEASE handrail_append")
+                else:
+                    for write in batch:
+                        conn.execute("SAVEPOINT handrail_append")
+                        try:
+                            write.renewed = self._apply(conn, write)
+                        except Exception as exc:
+                            conn.execute("ROLLBACK TO handrail_append")
+                            write.error = exc
+                        conn.execute("RELEASE handrail_append")
         except Exception as exc:  # the transaction failed: nothing of the batch was saved
             for write in batch:
                 if write.error is None:
                     write.error = exc
+        for write in batch:
+            if write.error is None:
+                self._known.committed(write)
+            else:
+                self._known.forget(write.thread_id)
 
     def _apply(self, conn: sqlite3.Connection, write: _Write) -> tuple[str, float] | None:
         """One append inside the open write transaction (see :meth:`append`)."""
         thread_id, expected_seq, record = write.thread_id, write.expected_seq, write.record
-        row = conn.execute(
-            "SELECT head_seq, epoch, pending_count, status, created_at, updated_at, metadata "
-            "FROM threads WHERE thread_id = ?",
-            (thread_id,),
-        ).fetchone()
-        head = row[0] if row is not None else 0
-        if head != expected_seq:
-            raise conflict(thread_id, expected_seq, head)
-        if row is not None and expected_seq > 0 and row[1] != record.epoch:
-            raise epoch_conflict(thread_id)
+        row = self._known.row(thread_id, expected_seq, record.epoch) if expected_seq else None
+        if row is None or not self._update_row(conn, write, row, True):
+            row = conn.execute(
+                "SELECT head_seq, epoch, pending_count, status, created_at, updated_at, metadata "
+                "FROM threads WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchone()
+            head = row[0] if row is not None else 0
+            if head != expected_seq:
+                raise conflict(thread_id, expected_seq, head)
+            if row is not None and expected_seq > 0 and row[1] != record.epoch:
+                raise epoch_conflict(thread_id)
+            self._update_row(conn, write, row, False)
         try:
             conn.executemany(
                 "INSERT INTO events (thread_id, seq, kind, created_at, payload) VALUES (?, ?, ?, ?, ?)",
@@ -678,40 +687,6 @@ class _SqliteStore(BaseCheckpointSaver):
             )
         except sqlite3.IntegrityError:
             raise conflict(thread_id, expected_seq, None) from None
-        values = (
-            record.head_seq,
-            record.status,
-            record.epoch,
-            record.created_at,
-            record.updated_at,
-            write.metadata,
-            len(record.pending),
-            thread_id,
-        )
-        if row is None:
-            conn.execute(
-                "INSERT INTO threads (head_seq, status, epoch, created_at, updated_at, metadata, "
-                "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                values,
-            )
-        elif row[1] == record.epoch and row[3:] == (
-            record.status,
-            record.created_at,
-            record.updated_at,
-            write.metadata,
-        ):
-            # only the head moved (a step inside a run): leave the indexed columns alone,
-            # or SQLite rewrites their index entries (two by-time indexes) all the same
-            conn.execute(
-                "UPDATE threads SET head_seq = ?, pending_count = ? WHERE thread_id = ?",
-                (record.head_seq, len(record.pending), thread_id),
-            )
-        else:
-            conn.execute(
-                "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
-                "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?",
-                values,
-            )
         if row is not None and row[2]:
             conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
             conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
@@ -735,6 +710,64 @@ class _SqliteStore(BaseCheckpointSaver):
                 (thread_id, write.reading.seq, write.reading.created_at, write.reading.payload),
             )
         return renewed
+
+    @staticmethod
+    def _update_row(
+        conn: sqlite3.Connection, write: _Write, row: tuple[Any, ...] | None, known: bool
+    ) -> bool:
+        """Write the thread's row; ``known``: only if it is still at the expected head and epoch.
+
+        Returns whether the row was written (always, unless ``known`` and it moved).
+        """
+        record, thread_id = write.record, write.thread_id
+        if row is None:
+            conn.execute(
+                "INSERT INTO threads (head_seq, status, epoch, created_at, updated_at, metadata, "
+                "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.head_seq,
+                    record.status,
+                    record.epoch,
+                    record.created_at,
+                    record.updated_at,
+                    write.metadata,
+                    len(record.pending),
+                    thread_id,
+                ),
+            )
+            return True
+        where, at = (
+            (" AND head_seq = ? AND epoch = ?", (write.expected_seq, record.epoch)) if known else ("", ())
+        )
+        if row[1] == record.epoch and row[3:] == (
+            record.status,
+            record.created_at,
+            record.updated_at,
+            write.metadata,
+        ):
+            # only the head moved (a step inside a run): leave the indexed columns alone,
+            # or SQLite rewrites their index entries (two by-time indexes) all the same
+            cursor = conn.execute(
+                "UPDATE threads SET head_seq = ?, pending_count = ? WHERE thread_id = ?" + where,
+                (record.head_seq, len(record.pending), thread_id, *at),
+            )
+        else:
+            cursor = conn.execute(
+                "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
+                "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?" + where,
+                (
+                    record.head_seq,
+                    record.status,
+                    record.epoch,
+                    record.created_at,
+                    record.updated_at,
+                    write.metadata,
+                    len(record.pending),
+                    thread_id,
+                    *at,
+                ),
+            )
+        return not known or cursor.rowcount == 1
 
     def read(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
@@ -842,6 +875,7 @@ class _SqliteStore(BaseCheckpointSaver):
         return sql, params
 
     def delete_thread(self, thread_id: str) -> bool:
+        self._known.forget(thread_id)
         with self._transaction(write=True) as conn:
             existed = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount > 0
             for table in ("events", "pending", "pending_tools", "runs", "readings"):
@@ -1023,6 +1057,45 @@ def _settle(writes: list[_Write]) -> None:
             future.set_exception(write.error)
         else:
             future.set_result(None)
+
+
+class _Known:
+    """Each thread's row as this saver's own last committed append left it.
+
+    An append at that head and epoch takes the row from here instead of reading it:
+    its ``UPDATE`` carries the head and epoch in its ``WHERE`` clause, so a row that
+    another writer moved meanwhile is not changed, and the append reads the row and
+    fails as it would have (one statement less for every append of a run).
+    """
+
+    __slots__ = ("rows",)
+    LIMIT = 4096  # threads remembered; an older one is just read again
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[Any, ...]] = {}
+
+    def row(self, thread_id: str, expected_seq: int, epoch: str) -> tuple[Any, ...] | None:
+        """The row (as ``_apply`` selects it) if this saver left it at ``expected_seq``."""
+        known = self.rows.get(thread_id)
+        return known if known is not None and known[0] == expected_seq and known[1] == epoch else None
+
+    def committed(self, write: _Write) -> None:
+        record, rows = write.record, self.rows
+        rows.pop(write.thread_id, None)  # re-insert: the dict's order is the order of use
+        rows[write.thread_id] = (
+            record.head_seq,
+            record.epoch,
+            len(record.pending),
+            record.status,
+            record.created_at,
+            record.updated_at,
+            write.metadata,
+        )
+        if len(rows) > self.LIMIT:
+            rows.pop(next(iter(rows)), None)
+
+    def forget(self, thread_id: str) -> None:
+        self.rows.pop(thread_id, None)
 
 
 class _Connection(sqlite3.Connection):
