@@ -589,3 +589,23 @@ def test_a_row_another_writer_changed_since_is_read_and_the_append_refused(tmp_p
         after = ThreadRecord("t", head + 1, "idle", epoch, 1.0, 2.0, {}, ())
         mine.append("t", events(head + 1, 1), expected_seq=head, record=after)
         assert mine.get_thread("t") == after
+
+
+def test_what_the_saver_remembers_of_each_thread_is_small(tmp_path: Path) -> None:
+    """The row kept per thread (to skip reading it again) holds no oversized buffers."""
+    import gc
+    import tracemalloc
+
+    with SqliteSaver(tmp_path / "t.db") as saver:
+        saver.append("warm", events(1, 1), expected_seq=0, record=record("warm", 1))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(300):
+                saver.append(f"t{i}", events(1, 1), expected_seq=0, record=record(f"t{i}", 1))
+            gc.collect()
+            per_thread = (tracemalloc.get_traced_memory()[0] - before) / 300
+        finally:
+            tracemalloc.stop()
+        assert per_thread < 1024, per_thread

@@ -101,9 +101,19 @@ def damaged(thread_id: str, what: str, reason: str, seq: int | None = None) -> S
 
 
 # Values ---------------------------------------------------------------------------------
+_NO_METADATA = b"{}"
+
+
 def encode_metadata(metadata: Mapping[str, Any], thread_id: str) -> bytes:
-    """The thread metadata as stored: JSON with named types, like every other record."""
-    return dumps(dict(metadata), where=f"the metadata of thread {thread_id!r}")
+    """The thread metadata as stored: JSON with named types, like every other record.
+
+    The bytes are the JSON's own size (orjson's keep a buffer of at least 4 KiB, and a
+    saver may remember them for many threads).
+    """
+    if not metadata:
+        return _NO_METADATA
+    raw = dumps(dict(metadata), where=f"the metadata of thread {thread_id!r}")
+    return bytes(bytearray(raw)) if len(raw) < 2048 else raw
 
 
 def decode_metadata(raw: Any, thread_id: str) -> dict[str, Any]:
