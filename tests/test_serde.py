@@ -343,3 +343,28 @@ def test_random_and_truncated_inbox_payloads_raise_only_serialization_errors(dat
         decode_review(payload, "t1", "i1")
     except SerializationError as exc:
         assert "pending interrupt i1" in str(exc) and "'t1'" in str(exc)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON)
+def test_plain_json_loads_the_same_with_or_without_the_walk_for_tagged_objects(value: object) -> None:
+    """A record with no tagged object skips the walk that rebuilds types, and loads the same."""
+    from handrail.checkpoint.serde import _revive
+
+    raw = orjson.dumps(value)
+    assert loads(raw) == _revive(orjson.loads(raw)) == value
+
+
+def test_a_tag_spelled_with_escapes_is_still_refused() -> None:
+    """Rule 10: the shortcut for plain records never lets a tagged object through untyped."""
+    with pytest.raises(SerializationError, match="unknown stored type 'no-such-type'"):
+        loads(b'{"\\u005f_hr__": "no-such-type"}', thread_id="t1", seq=3)
+    with pytest.raises(SerializationError, match="unknown stored type 'no-such-type'"):
+        loads(b'[{"__hr__": "no-such-type"}]', thread_id="t1", seq=3)

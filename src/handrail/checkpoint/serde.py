@@ -36,6 +36,7 @@ from handrail.messages import (
 __all__ = ["TAG", "dumps", "loads", "register_type"]
 
 TAG = "__hr__"
+_TAG_KEY = b'"__hr__"'  # how the tag appears as a key in JSON that spells it without escapes
 
 _Encoder = Callable[[Any], dict[str, Any]]
 _Decoder = Callable[[dict[str, Any]], Any]
@@ -156,7 +157,10 @@ def loads(
     (``record`` describes it when it is not an event number, e.g. a pending interrupt).
     """
     try:
-        return _revive(orjson.loads(payload))
+        decoded = orjson.loads(payload)
+        if type(payload) is bytes and _TAG_KEY not in payload and b"\\u" not in payload:
+            return decoded  # no tagged object in it (a key can only be spelled so, unescaped)
+        return _revive(decoded)
     except orjson.JSONDecodeError as exc:
         reason = f"not valid JSON ({exc})"
     except _BadRecord as exc:
