@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import pathlib
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 import pytest
@@ -22,7 +23,7 @@ from handrail import (
     create_agent,
     tool,
 )
-from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.base import PendingReview, StoredEvent
 from handrail.checkpoint.serde import dumps, loads
 from handrail.errors import SerializationError
 from handrail.runtime.events import decode_event
@@ -172,26 +173,28 @@ def test_a_compressed_record_that_claims_a_huge_size_is_refused(marker: bytes) -
         decode_event(StoredEvent(7, "step", 0.0, marker + frame), "t1")
 
 
+def _damage(data: st.DataObject, payload: bytes) -> bytes:
+    """``payload`` truncated, replaced by random bytes, or with one byte flipped."""
+    mode = data.draw(st.sampled_from(["truncate", "random", "flip"]))
+    if mode == "truncate":
+        return payload[: data.draw(st.integers(0, max(0, len(payload) - 1)))]
+    if mode == "random":
+        return data.draw(st.binary(max_size=200))
+    position = data.draw(st.integers(0, len(payload) - 1))
+    return (
+        payload[:position]
+        + bytes([payload[position] ^ data.draw(st.integers(1, 255))])
+        + payload[position + 1 :]
+    )
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_random_and_truncated_records_raise_only_serialization_errors(data: st.DataObject) -> None:
     """A damaged record never loads as something else: it raises SerializationError naming it."""
     events = _stored_log()
     victim = data.draw(st.sampled_from(events))
-    mode = data.draw(st.sampled_from(["truncate", "random", "flip"]))
-    payload = victim.payload
-    if mode == "truncate":
-        payload = payload[: data.draw(st.integers(0, max(0, len(payload) - 1)))]
-    elif mode == "random":
-        payload = data.draw(st.binary(max_size=200))
-    else:
-        position = data.draw(st.integers(0, len(payload) - 1))
-        payload = (
-            payload[:position]
-            + bytes([payload[position] ^ data.draw(st.integers(1, 255))])
-            + payload[position + 1 :]
-        )
-    damaged = StoredEvent(victim.seq, victim.kind, victim.created_at, payload)
+    damaged = StoredEvent(victim.seq, victim.kind, victim.created_at, _damage(data, victim.payload))
     try:
         event = decode_event(damaged, "t1")
     except SerializationError as exc:
@@ -229,35 +232,43 @@ def test_the_compression_dictionary_of_format_v1_never_changes() -> None:
     assert digest == "3b2327779d3ee024024f8431052eaab64495cbc34ace4519a39510b5db792667"
 
 
-def test_a_damaged_inbox_entry_names_the_thread_and_interrupt(make_agent: AgentFactory) -> None:
+def _paused(make_agent: AgentFactory, content: str = "b") -> Any:
+    """An agent whose thread t1 is paused at one review of ``write_file``."""
+    agent = make_agent([turn(call("write_file", path="notes.txt", content=content))])
+    agent.invoke({"messages": "go"}, config())
+    return agent
+
+
+def _inbox_entry(agent: Any) -> PendingReview:
+    (pending,) = agent.checkpointer._records["t1"].pending
+    return pending  # type: ignore[no-any-return]
+
+
+def _store_inbox_payload(agent: Any, payload: bytes) -> None:
+    """Put ``payload`` in place of the inbox payload of t1's review, as a store would hold it."""
     from dataclasses import replace
 
-    agent = make_agent([turn(call("write_file", path="a", content="b"))])
-    agent.invoke({"messages": "go"}, config())
     store = agent.checkpointer
-    record = store._records["t1"]  # type: ignore[union-attr]
-    (pending,) = record.pending
-    store._records["t1"] = replace(record, pending=(replace(pending, payload=b"\x80"),))  # type: ignore[union-attr]
-    with pytest.raises(
-        SerializationError, match=f"thread 't1', pending interrupt {pending.interrupt_id}: not valid"
-    ):
+    record = store._records["t1"]
+    store._records["t1"] = replace(record, pending=(replace(record.pending[0], payload=payload),))
+
+
+def test_a_damaged_inbox_entry_names_the_thread_and_interrupt(make_agent: AgentFactory) -> None:
+    agent = _paused(make_agent)
+    interrupt_id = _inbox_entry(agent).interrupt_id
+    _store_inbox_payload(agent, b"\x80")
+    with pytest.raises(SerializationError, match=f"thread 't1', pending interrupt {interrupt_id}: not valid"):
         agent.list_interrupts()
 
 
 def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent: AgentFactory) -> None:
     """A pending review's payload is stored like an event's: compressed when that pays."""
-    from dataclasses import replace
-
-    agent = make_agent([turn(call("write_file", path="notes.txt", content="lorem ipsum dolor " * 40))])
-    agent.invoke({"messages": "go"}, config())
-    store = agent.checkpointer
-    record = store._records["t1"]  # type: ignore[union-attr]
-    (pending,) = record.pending
+    agent = _paused(make_agent, "lorem ipsum dolor " * 40)
+    pending = _inbox_entry(agent)
     assert pending.payload[:2] == b"\x05\x04"  # its interrupt event's payload, compressed
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
-    damaged = pending.payload[:-6] + b"\x00" * 6
-    store._records["t1"] = replace(record, pending=(replace(pending, payload=damaged),))  # type: ignore[union-attr]
+    _store_inbox_payload(agent, pending.payload[:-6] + b"\x00" * 6)
     with pytest.raises(
         SerializationError,
         match=f"thread 't1', pending interrupt {pending.interrupt_id}: damaged compressed payload",
@@ -267,12 +278,9 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
 
 def test_a_review_is_serialised_once_for_the_log_and_the_inbox(make_agent: AgentFactory) -> None:
     """The inbox payload of a new review is the stored bytes of the interrupt event that raised it."""
-    agent = make_agent([turn(call("write_file", path="notes.txt", content="lorem ipsum dolor " * 40))])
-    agent.invoke({"messages": "go"}, config())
-    store = agent.checkpointer
-    (pending,) = store._records["t1"].pending  # type: ignore[union-attr]
-    (event,) = [e for e in store._events["t1"] if e.kind == "interrupt"]  # type: ignore[union-attr]
-    assert pending.payload == b"\x05" + event.payload
+    agent = _paused(make_agent, "lorem ipsum dolor " * 40)
+    (event,) = [e for e in agent.checkpointer._events["t1"] if e.kind == "interrupt"]  # type: ignore[union-attr]
+    assert _inbox_entry(agent).payload == b"\x05" + event.payload
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
 
@@ -280,38 +288,28 @@ def test_a_review_is_serialised_once_for_the_log_and_the_inbox(make_agent: Agent
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "compressed"])
 def test_an_inbox_payload_of_the_earlier_form_still_loads(make_agent: AgentFactory, packed: bool) -> None:
     """Reviews saved before format v2.1 hold their value's own JSON; the inbox still reads them."""
-    from dataclasses import replace
-
     from handrail.runtime.events import pack_payload
 
-    agent = make_agent([turn(call("write_file", path="notes.txt", content="lorem ipsum dolor " * 40))])
-    agent.invoke({"messages": "go"}, config())
-    store = agent.checkpointer
-    record = store._records["t1"]  # type: ignore[union-attr]
-    (pending,) = record.pending
+    agent = _paused(make_agent, "lorem ipsum dolor " * 40)
     value = agent.get_state(config()).interrupts[0].value
     earlier = pack_payload(dumps(value)) if packed else dumps(value)
     assert earlier[:1] == (b"\x04" if packed else b"{")
-    store._records["t1"] = replace(record, pending=(replace(pending, payload=earlier),))  # type: ignore[union-attr]
+    _store_inbox_payload(agent, earlier)
     (item,) = agent.list_interrupts().items
     assert item.interrupt.value == value
 
 
 def test_an_inbox_payload_naming_another_interrupt_is_refused(make_agent: AgentFactory) -> None:
-    from dataclasses import replace
-
     from handrail.runtime.events import pack_payload, review_payload
 
-    agent = make_agent([turn(call("write_file", path="a", content="b"))])
-    agent.invoke({"messages": "go"}, config())
-    store = agent.checkpointer
-    record = store._records["t1"]  # type: ignore[union-attr]
-    (pending,) = record.pending
-    other = review_payload(pack_payload(dumps({"id": "someone-else", "step": "x", "value": 1})))
-    store._records["t1"] = replace(record, pending=(replace(pending, payload=other),))  # type: ignore[union-attr]
+    agent = _paused(make_agent)
+    interrupt_id = _inbox_entry(agent).interrupt_id
+    _store_inbox_payload(
+        agent, review_payload(pack_payload(dumps({"id": "someone-else", "step": "x", "value": 1})))
+    )
     with pytest.raises(
         SerializationError,
-        match=f"thread 't1', pending interrupt {pending.interrupt_id}: its payload is not the interrupt",
+        match=f"thread 't1', pending interrupt {interrupt_id}: its payload is not the interrupt",
     ):
         agent.list_interrupts()
 
@@ -325,20 +323,10 @@ def test_random_and_truncated_inbox_payloads_raise_only_serialization_errors(dat
     value = {"action_requests": [{"name": "write_file", "args": {"content": "lorem ipsum " * 40}}]}
     event = pack_payload(dumps({"id": "i1", "step": "after_model", "value": value}))
     payload = data.draw(st.sampled_from([review_payload(event), pack_payload(dumps(value))]))
-    mode = data.draw(st.sampled_from(["truncate", "random", "flip", "marked"]))
-    if mode == "truncate":
-        payload = payload[: data.draw(st.integers(0, max(0, len(payload) - 1)))]
-    elif mode == "random":
-        payload = data.draw(st.binary(max_size=200))
-    elif mode == "marked":
+    if data.draw(st.booleans()):
+        payload = _damage(data, payload)
+    else:  # the marker of the new form, before anything at all
         payload = b"\x05" + data.draw(st.binary(max_size=200))
-    else:
-        position = data.draw(st.integers(0, len(payload) - 1))
-        payload = (
-            payload[:position]
-            + bytes([payload[position] ^ data.draw(st.integers(1, 255))])
-            + payload[position + 1 :]
-        )
     try:
         decode_review(payload, "t1", "i1")
     except SerializationError as exc:

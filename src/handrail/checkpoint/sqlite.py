@@ -720,31 +720,28 @@ class _SqliteStore(BaseCheckpointSaver):
         Returns whether the row was written (always, unless ``known`` and it moved).
         """
         record, thread_id = write.record, write.thread_id
+        # the columns in the order of both statements below, the thread id last
+        values = (
+            record.head_seq,
+            record.status,
+            record.epoch,
+            record.created_at,
+            record.updated_at,
+            write.metadata,
+            len(record.pending),
+            thread_id,
+        )
         if row is None:
             conn.execute(
                 "INSERT INTO threads (head_seq, status, epoch, created_at, updated_at, metadata, "
                 "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.head_seq,
-                    record.status,
-                    record.epoch,
-                    record.created_at,
-                    record.updated_at,
-                    write.metadata,
-                    len(record.pending),
-                    thread_id,
-                ),
+                values,
             )
             return True
         where, at = (
             (" AND head_seq = ? AND epoch = ?", (write.expected_seq, record.epoch)) if known else ("", ())
         )
-        if row[1] == record.epoch and row[3:] == (
-            record.status,
-            record.created_at,
-            record.updated_at,
-            write.metadata,
-        ):
+        if row[1] == record.epoch and row[3:] == values[1:2] + values[3:6]:
             # only the head moved (a step inside a run): leave the indexed columns alone,
             # or SQLite rewrites their index entries (two by-time indexes) all the same
             cursor = conn.execute(
@@ -755,17 +752,7 @@ class _SqliteStore(BaseCheckpointSaver):
             cursor = conn.execute(
                 "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
                 "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?" + where,
-                (
-                    record.head_seq,
-                    record.status,
-                    record.epoch,
-                    record.created_at,
-                    record.updated_at,
-                    write.metadata,
-                    len(record.pending),
-                    thread_id,
-                    *at,
-                ),
+                values + at,
             )
         return not known or cursor.rowcount == 1
 
