@@ -337,3 +337,33 @@ def test_storage_grows_with_what_each_turn_adds(make_agent: AgentFactory) -> Non
         sizes.append(sum(len(e[2]) for e in events_of(agent)))
     growth = [b - a for a, b in itertools.pairwise(sizes[:-1])]  # the last resume ends the run
     assert max(growth) - min(growth) < 64  # per-turn bytes do not grow with the thread
+
+
+def test_the_pending_tool_calls_follow_every_change_to_the_messages() -> None:
+    """The fold works out the calls still to run once per change to the messages, never stale."""
+    from handrail.runtime.events import Event
+    from handrail.runtime.fold import ThreadFold, pending_tool_calls
+
+    fold = ThreadFold("t1")
+    seq = itertools.count(1)
+
+    def apply(kind: str, data: dict[str, object]) -> None:
+        fold.apply(Event(kind, data, seq=next(seq), created_at=1.0))
+
+    def ids() -> list[str]:
+        _, calls = fold.pending_calls()
+        assert fold.pending_calls() == pending_tool_calls(fold.messages)  # the same as working it out
+        return [str(c["id"]) for c in calls]
+
+    apply("input", {"values": {"messages": [HumanMessage("go", id="h")]}, "next": ["model"]})
+    assert ids() == []
+    calls = [{"name": "a", "args": {}, "id": "c1"}, {"name": "b", "args": {}, "id": "c2"}]
+    ai = AIMessage("", tool_calls=calls, id="m1")
+    apply("step", {"step": "model", "values": {"messages": [ai]}, "next": ["tools"]})
+    assert ids() == ["c1", "c2"]
+    copy = fold.copy()
+    apply("update", {"values": {"messages": [ToolMessage("done", tool_call_id="c1", id="r1")]}, "next": []})
+    assert ids() == ["c2"]
+    assert [str(c["id"]) for c in copy.pending_calls()[1]] == ["c1", "c2"]  # the copy kept its own
+    apply("update", {"values": {"messages": [AIMessage("no calls", id="m1")]}, "next": []})  # replaced by id
+    assert ids() == []

@@ -62,7 +62,9 @@ class ThreadFold:
     """
 
     __slots__ = (
+        "_calls",
         "_message_index",
+        "_messages_changed",
         "answered_ids",
         "answers",
         "base_seq",
@@ -95,6 +97,8 @@ class ThreadFold:
         self.reducers: Mapping[str, Reducer] = reducers or {}
         self.values: dict[str, Any] = {"messages": []}
         self._message_index: dict[str, int] = {}
+        self._messages_changed = 0  # counts changes to the message list (for ``_calls``)
+        self._calls: tuple[int, tuple[AIMessage | None, list[dict[str, Any]]]] | None = None
         self.next: tuple[str, ...] = ()
         self.head_seq = 0
         self.checkpoint_seq = 0
@@ -123,6 +127,18 @@ class ThreadFold:
     def messages(self) -> list[BaseMessage]:
         messages: list[BaseMessage] = self.values["messages"]
         return messages
+
+    def pending_calls(self) -> tuple[AIMessage | None, list[dict[str, Any]]]:
+        """:func:`pending_tool_calls` of the messages, worked out once per change to them.
+
+        The list is shared with later callers: read it, never change it.
+        """
+        cached = self._calls
+        if cached is not None and cached[0] == self._messages_changed:
+            return cached[1]
+        found = pending_tool_calls(self.messages)
+        self._calls = (self._messages_changed, found)
+        return found
 
     @property
     def checkpoint_id(self) -> str | None:
@@ -251,7 +267,7 @@ class ThreadFold:
             raise TypeError("step must be a string")
         if step == "tools":
             # the results join the conversation in call order, whatever order they finished in
-            _, calls = pending_tool_calls(self.messages)
+            _, calls = self.pending_calls()
             results = [self.task_results[c["id"]] for c in calls if c["id"] in self.task_results]
             if results:
                 self._apply_messages(results)
@@ -306,7 +322,7 @@ class ThreadFold:
         calls = data["calls"]
         if not isinstance(calls, list):
             raise TypeError("calls must be a list of tool call ids")
-        _, pending = pending_tool_calls(self.messages)
+        _, pending = self.pending_calls()
         proposed = {call.get("id"): call for call in pending}
         for task in calls:
             call = proposed.get(_str(task))
@@ -339,7 +355,7 @@ class ThreadFold:
 
     def proposed_args(self, task: str) -> Any:
         """The args the model proposed for call ``task`` (a start event omits them when equal)."""
-        _, calls = pending_tool_calls(self.messages)
+        _, calls = self.pending_calls()
         for call in calls:
             if call.get("id") == task:
                 return call.get("args")
@@ -463,6 +479,7 @@ class ThreadFold:
             if not isinstance(state, dict):
                 raise TypeError("the state must be an object")
             fold.values = dict(state["values"])
+            fold._messages_changed += 1
             messages = fold.values.setdefault("messages", [])
             if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
                 raise TypeError("the snapshot's messages must be a list of messages")
@@ -517,6 +534,7 @@ class ThreadFold:
                 self.values[key] = value
 
     def _apply_messages(self, update: Iterable[BaseMessage]) -> None:
+        self._messages_changed += 1
         self._message_index = merge_messages_into(self.messages, self._message_index, update)
 
 

@@ -34,7 +34,7 @@ from handrail.runtime.effects import (
     tool_result_message,
 )
 from handrail.runtime.events import Event
-from handrail.runtime.fold import ThreadFold, checkpoint_id_of, pending_tool_calls, seq_of_checkpoint
+from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
 from handrail.tools import ToolArgumentsError
@@ -165,7 +165,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
 
 def _runnable_tool_calls(fold: ThreadFold) -> bool:
     waiting = {record.task for record in fold.pending.values()}
-    _, calls = pending_tool_calls(fold.messages)
+    _, calls = fold.pending_calls()
     return any(str(c["id"]) not in waiting and str(c["id"]) not in fold.task_results for c in calls)
 
 
@@ -307,7 +307,7 @@ def _prepare_ai_message(message: AIMessage, agent_name: str | None) -> None:
 
 def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime) -> Gen:
     spec = env.spec
-    _, calls = pending_tool_calls(fold.messages)
+    _, calls = fold.pending_calls()
     order = [str(call["id"]) for call in calls]
     state = fold.state_view()
     waiting = {record.task for record in fold.pending.values()}
