@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from handrail.checkpoint.base import PendingReview, StoredEvent, ThreadRecord, ThreadStatus, metadata_matches
-from handrail.checkpoint.serde import dumps, loads
+from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import ConflictError, SerializationError
 
 __all__ = [
@@ -107,13 +107,11 @@ _NO_METADATA = b"{}"
 def encode_metadata(metadata: Mapping[str, Any], thread_id: str) -> bytes:
     """The thread metadata as stored: JSON with named types, like every other record.
 
-    The bytes are the JSON's own size (orjson's keep a buffer of at least 4 KiB, and a
-    saver may remember them for many threads).
+    In bytes of its own size: a saver may remember them for many threads.
     """
     if not metadata:
         return _NO_METADATA
-    raw = dumps(dict(metadata), where=f"the metadata of thread {thread_id!r}")
-    return bytes(bytearray(raw)) if len(raw) < 2048 else raw
+    return compact(dumps(dict(metadata), where=f"the metadata of thread {thread_id!r}"))
 
 
 def decode_metadata(raw: Any, thread_id: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from handrail.messages import (
     ToolMessage,
 )
 
-__all__ = ["TAG", "dumps", "loads", "register_type"]
+__all__ = ["TAG", "compact", "dumps", "loads", "register_type"]
 
 TAG = "__hr__"
 _TAG_KEY = b'"__hr__"'  # how the tag appears as a key in JSON that spells it without escapes
@@ -142,6 +142,15 @@ def dumps(value: Any, *, where: str | Callable[[], str] = "value") -> bytes:
         reason = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
         named = where if isinstance(where, str) else where()
         raise SerializationError(f"cannot store {named}: {reason}") from None
+
+
+def compact(raw: bytes) -> bytes:
+    """``raw`` in bytes of its own size, for JSON that is kept after it is made.
+
+    orjson's output keeps a buffer of at least 4 KiB: a small payload held for long (an
+    event in memory, a row a saver remembers) is copied out of it.
+    """
+    return bytes(bytearray(raw)) if len(raw) < 2048 else raw
 
 
 def loads(

@@ -741,7 +741,12 @@ class _SqliteStore(BaseCheckpointSaver):
         where, at = (
             (" AND head_seq = ? AND epoch = ?", (write.expected_seq, record.epoch)) if known else ("", ())
         )
-        if row[1] == record.epoch and row[3:] == values[1:2] + values[3:6]:
+        if row[1] == record.epoch and row[3:] == (
+            record.status,
+            record.created_at,
+            record.updated_at,
+            write.metadata,
+        ):
             # only the head moved (a step inside a run): leave the indexed columns alone,
             # or SQLite rewrites their index entries (two by-time indexes) all the same
             cursor = conn.execute(

@@ -50,7 +50,7 @@ from typing import Any
 import zstandard
 
 from handrail.checkpoint.base import StoredEvent
-from handrail.checkpoint.serde import dumps, loads
+from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import SerializationError
 
 __all__ = [
@@ -242,10 +242,7 @@ def pack_payload(payload: bytes) -> bytes:
         packed = _ZSTD_V2_MARK + _codecs.packer.compress(payload)
         if len(packed) < len(payload):
             return packed
-    elif len(payload) < 2048:
-        # orjson's bytes keep a buffer of at least 4 KiB: hold a small payload in its own copy
-        return bytes(bytearray(payload))
-    return payload
+    return compact(payload)
 
 
 def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None = None) -> bytes:
