@@ -12,7 +12,9 @@ Tasks
 -----
 ``cycle``       first pause and review cycles (resume -> next interrupt) on short threads
 ``growth``      every cycle of one thread grown to N turns, and what it stores at each N
-``throughput``  ``asyncio.gather`` of many three-turn threads on the async savers
+``throughput``  ``asyncio.gather`` of many three-turn threads on the async savers (or, with
+                ``driver="sequential"``, the same threads one after another with ``invoke``;
+                with ``tools="async"``, the tools written ``async def``)
 ``memory``      process memory of many paused threads (RSS, or tracemalloc)
 ``commits``     the saver writes a cycle makes (and, on Postgres, the server's WAL fsyncs)
 """
@@ -50,7 +52,7 @@ class System(Protocol):
     def versions(self) -> dict[str, str]: ...
     def store(self, backend: str, location: str | None) -> contextlib.AbstractContextManager[Any]: ...
     def astore(self, backend: str, location: str | None) -> contextlib.AbstractAsyncContextManager[Any]: ...
-    def agent(self, saver: Any, turns: int | None) -> Any: ...
+    def agent(self, saver: Any, turns: int | None, async_tools: bool = False) -> Any: ...
     def start(self, agent: Any, thread_id: str) -> str: ...
     def resume(self, agent: Any, thread_id: str, interrupt_id: str, turn: int) -> str | None: ...
     async def astart(self, agent: Any, thread_id: str) -> str: ...
@@ -159,16 +161,56 @@ def _storage(
 
 
 def task_throughput(
-    system: System, backend: str, concurrency: int = 50, turns: int = 3, rounds: int = 5, warmup: int = 1
+    system: System,
+    backend: str,
+    concurrency: int = 50,
+    turns: int = 3,
+    rounds: int = 5,
+    warmup: int = 1,
+    tools: str = "sync",
+    driver: str = "gather",
 ) -> dict:
-    """``concurrency`` threads at once, each: first pause, ``turns`` reviews, final answer."""
+    """``concurrency`` threads at once, each: first pause, ``turns`` reviews, final answer.
 
-    async def main() -> list[float]:
+    ``tools``: ``"sync"`` (plain functions, as the comparison uses: under ``ainvoke``
+    each call runs in a worker thread) or ``"async"`` (``async def``: no thread hop).
+    ``driver``: ``"gather"`` (``ainvoke``, all threads at once on the async savers) or
+    ``"sequential"`` (``invoke`` on the sync savers, one thread after another: no event
+    loop, no hop; sync tools only).
+    """
+    if tools not in ("sync", "async") or driver not in ("gather", "sequential"):
+        raise ValueError(
+            f"tools must be sync or async and driver gather or sequential, got {tools}, {driver}"
+        )
+    if driver == "sequential" and tools == "async":
+        raise ValueError("the sequential driver runs invoke: it takes sync tools")
+
+    def one(agent: Any, thread_id: str) -> None:
+        interrupt_id: str | None = system.start(agent, thread_id)
+        for turn in range(turns):
+            assert interrupt_id is not None
+            interrupt_id = system.resume(agent, thread_id, interrupt_id, turn)
+        assert interrupt_id is None, "the thread should have finished"
+
+    def sequential() -> list[float]:
+        walls: list[float] = []
+        with system.store(backend, location) as saver:
+            agent = system.agent(saver, turns)
+            for r in range(warmup + rounds):
+                gc.collect()
+                start = time.perf_counter()
+                for i in range(concurrency):
+                    one(agent, f"round{r}-{i}")
+                if r >= warmup:
+                    walls.append(time.perf_counter() - start)
+        return walls
+
+    async def gathered() -> list[float]:
         walls: list[float] = []
         async with system.astore(backend, location) as saver:
-            agent = system.agent(saver, turns)
+            agent = system.agent(saver, turns, async_tools=tools == "async")
 
-            async def one(thread_id: str) -> None:
+            async def aone(thread_id: str) -> None:
                 interrupt_id: str | None = await system.astart(agent, thread_id)
                 for turn in range(turns):
                     assert interrupt_id is not None
@@ -178,14 +220,14 @@ def task_throughput(
             for r in range(warmup + rounds):
                 gc.collect()
                 start = time.perf_counter()
-                await asyncio.gather(*(one(f"round{r}-{i}") for i in range(concurrency)))
+                await asyncio.gather(*(aone(f"round{r}-{i}") for i in range(concurrency)))
                 if r >= warmup:
                     walls.append(time.perf_counter() - start)
         return walls
 
     with fresh_location(system, backend) as location:
-        walls = asyncio.run(main())
-    return {"walls": walls, "concurrency": concurrency, "turns": turns}
+        walls = sequential() if driver == "sequential" else asyncio.run(gathered())
+    return {"walls": walls, "concurrency": concurrency, "turns": turns, "tools": tools, "driver": driver}
 
 
 def task_memory(system: System, backend: str = "memory", threads: int = 1000, traced: bool = False) -> dict:

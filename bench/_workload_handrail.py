@@ -72,6 +72,20 @@ def execute_sql(query: str) -> str:
     return _script.execute_sql_result(query)
 
 
+# The same tools written ``async def`` (the throughput task's ``tools="async"``): no
+# worker thread per call under ``ainvoke``.
+@tool("write_file")
+async def write_file_async(path: str, content: str) -> str:
+    """Write text to a file."""
+    return _script.write_file_result(path, content)
+
+
+@tool("execute_sql")
+async def execute_sql_async(query: str) -> str:
+    """Run a SQL statement against the main database."""
+    return _script.execute_sql_result(query)
+
+
 def _config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
@@ -123,10 +137,11 @@ class Handrail:
             return AsyncSqliteSaver.from_conn_string(location)
         return AsyncPostgresSaver.from_conn_string(location)
 
-    def agent(self, saver: Any, turns: int | None) -> Any:
+    def agent(self, saver: Any, turns: int | None, async_tools: bool = False) -> Any:
+        tools = [write_file_async, execute_sql_async] if async_tools else [write_file, execute_sql]
         return create_agent(
             BenchModel(turns),
-            [write_file, execute_sql],
+            tools,
             middleware=[HumanInTheLoopMiddleware({"write_file": True, "execute_sql": True})],
             checkpointer=saver,
         )
