@@ -165,6 +165,16 @@ def execute_sql_result(query: str) -> str:
     return f"{verb} ok: 1 row affected."
 
 
+async def write_file_async(path: str, content: str) -> str:
+    """Write text to a file."""
+    return write_file_result(path, content)
+
+
+async def execute_sql_async(query: str) -> str:
+    """Run a SQL statement against the main database."""
+    return execute_sql_result(query)
+
+
 def neutral_size(messages: Sequence[Mapping[str, Any]]) -> int:
     """Bytes of the conversation as compact JSON in one neutral shape.
 

@@ -74,16 +74,8 @@ def execute_sql(query: str) -> str:
 
 # The same tools written ``async def`` (the throughput task's ``tools="async"``): no
 # worker thread per call under ``ainvoke``.
-@tool("write_file")
-async def write_file_async(path: str, content: str) -> str:
-    """Write text to a file."""
-    return _script.write_file_result(path, content)
-
-
-@tool("execute_sql")
-async def execute_sql_async(query: str) -> str:
-    """Run a SQL statement against the main database."""
-    return _script.execute_sql_result(query)
+write_file_async = tool("write_file")(_script.write_file_async)
+execute_sql_async = tool("execute_sql")(_script.execute_sql_async)
 
 
 def _config(thread_id: str) -> dict[str, Any]:
