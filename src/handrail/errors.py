@@ -16,6 +16,8 @@ Example::
 
 from __future__ import annotations
 
+import reprlib
+
 __all__ = [
     "ConfigurationError",
     "ConflictError",
@@ -24,6 +26,7 @@ __all__ = [
     "InvalidInputError",
     "PendingInterruptError",
     "SerializationError",
+    "short_repr",
 ]
 
 
@@ -102,3 +105,22 @@ class SerializationError(HandrailError):
         super().__init__(message)
         self.thread_id = thread_id
         self.seq = seq
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 3
+_SHORT.maxstring = 60
+_SHORT.maxother = 60
+_SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 6
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """A ``repr`` of a caller's value for an error message: bounded in depth and length.
+
+    Never recurses into a deep value nor copies a huge one into the message.
+    """
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # a value whose own __repr__ fails still gets a message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -360,9 +360,15 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), args
 
 
+_MAX_PROBLEMS = 10  # an error message lists this many, then says how many more
+
+
 def _describe_errors(exc: pydantic.ValidationError) -> list[str]:
     problems = []
-    for error in exc.errors():
-        location = ".".join(str(part) for part in error["loc"]) or "arguments"
-        problems.append(f"{location}: {error['msg']}")
+    errors = exc.errors(include_url=False, include_input=False)
+    for error in errors[:_MAX_PROBLEMS]:
+        location = ".".join(str(part)[:40] for part in error["loc"][:8]) or "arguments"
+        problems.append(f"{location}: {error['msg'][:200]}")
+    if len(errors) > _MAX_PROBLEMS:
+        problems.append(f"and {len(errors) - _MAX_PROBLEMS} more")
     return problems

@@ -35,7 +35,7 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import orjson
 
-from handrail.errors import ConfigurationError, InvalidDecisionError
+from handrail.errors import ConfigurationError, InvalidDecisionError, short_repr
 from handrail.messages import AIMessage, ToolCall, ToolMessage
 from handrail.middleware.types import (
     AgentMiddleware,
@@ -482,15 +482,15 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
                 f"{label} must be a dict like {{'type': 'approve'}}, got {_short(decision)}"
             )
         kind = decision.get("type")
-        if kind not in DECISION_TYPES:
+        if not isinstance(kind, str) or kind not in DECISION_TYPES:
             raise InvalidDecisionError(
-                f"{label} has unknown type {kind!r}; expected one of {list(DECISION_TYPES)}"
+                f"{label} has unknown type {_short(kind)}; expected one of {list(DECISION_TYPES)}"
             )
         if kind not in allowed:
             raise InvalidDecisionError(f"{label} is {kind!r}, but tool {tool_name!r} allows only {allowed}")
-        unexpected = sorted(set(decision) - _DECISION_KEYS[kind])
+        unexpected = sorted(str(key) for key in set(decision) - _DECISION_KEYS[kind])
         if unexpected:
-            raise InvalidDecisionError(f"{label} ({kind}) has unexpected key(s) {unexpected}")
+            raise InvalidDecisionError(f"{label} ({kind}) has unexpected key(s) {_short(unexpected)}")
         if kind == "approve":
             return ApproveDecision(type="approve")
         if kind in ("reject", "respond"):
@@ -514,9 +514,11 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             raise InvalidDecisionError(
                 f"{label} (edit) needs 'edited_action': {{'name': tool, 'args': {{...}}}}"
             )
-        unexpected = sorted(set(action) - {"name", "args"})
+        unexpected = sorted(str(key) for key in set(action) - {"name", "args"})
         if unexpected:
-            raise InvalidDecisionError(f"{label} (edit) edited_action has unexpected key(s) {unexpected}")
+            raise InvalidDecisionError(
+                f"{label} (edit) edited_action has unexpected key(s) {_short(unexpected)}"
+            )
         name, args = action.get("name"), action.get("args")
         if not isinstance(name, str) or not isinstance(args, Mapping):
             raise InvalidDecisionError(
@@ -525,7 +527,7 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
         target = self._tools.get(name)
         if target is None:
             raise InvalidDecisionError(
-                f"{label} edits the call into {name!r}, which is not one of the agent's tools "
+                f"{label} edits the call into {_short(name)}, which is not one of the agent's tools "
                 f"{sorted(self._tools)}"
             )
         if name != tool_name:
@@ -677,5 +679,4 @@ def _tool_runtime(runtime: Runtime, call: ToolCall, state: Mapping[str, Any]) ->
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return short_repr(value)

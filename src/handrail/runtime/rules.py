@@ -45,12 +45,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from handrail.errors import ConflictError, InvalidDecisionError, InvalidInputError, PendingInterruptError
+from handrail.checkpoint.serde import dumps, loads
+from handrail.errors import (
+    ConflictError,
+    InvalidDecisionError,
+    InvalidInputError,
+    PendingInterruptError,
+    SerializationError,
+    short_repr,
+)
 from handrail.messages import AIMessage, ToolMessage, coerce_messages, merge_messages_into
 from handrail.middleware.human_in_the_loop import reject_message
 from handrail.middleware.types import ResumeContext
@@ -85,9 +94,20 @@ def looks_like_interrupt_id(key: Any) -> bool:
     return isinstance(key, str) and bool(_ID_RE.match(key))
 
 
-def _outcome_unknown_id(thread_id: str, started_seq: int) -> str:
-    # Derived, not random: get_state shows the same id before and after it is saved.
-    return hashlib.sha256(f"{thread_id}\x00outcome_unknown\x00{started_seq}".encode()).hexdigest()[:32]
+def _outcome_unknown_id(thread_id: str, started: StartedTool) -> str:
+    # Derived, not random: get_state shows the same id before and after it is saved. The
+    # call's id is part of it: every call planned in one step shares its start record.
+    key = f"{thread_id}\x00outcome_unknown\x00{started.seq}\x00{started.task}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _already_asked(fold: ThreadFold, started: StartedTool) -> bool:
+    """Whether this start of the call already has an ``outcome_unknown`` review (pending or
+    answered), whatever id an older version of handrail gave it."""
+    return any(
+        record.kind == "outcome_unknown" and record.task == started.task and record.seq > started.seq
+        for record in fold.step_interrupts.values()
+    )
 
 
 # Rule 9 ----------------------------------------------------------------------------
@@ -108,8 +128,8 @@ def unfinished_tool_interrupts(
         tool = spec.tools.get(started.name)
         if started.idempotent or (tool is not None and tool.idempotent):
             continue  # the tools step runs it again
-        interrupt_id = _outcome_unknown_id(fold.thread_id, started.seq)
-        if interrupt_id in fold.pending or interrupt_id in fold.answered_ids:
+        interrupt_id = _outcome_unknown_id(fold.thread_id, started)
+        if interrupt_id in fold.pending or interrupt_id in fold.answered_ids or _already_asked(fold, started):
             continue
         events.append(
             Event(
@@ -141,13 +161,19 @@ def unfinished_tool_interrupts(
 
 
 def outcome_result(answer: Mapping[str, Any], record_task: str, name: str) -> ToolMessage | None:
-    """What an answered ``outcome_unknown`` interrupt leaves: a result, or None to re-run."""
-    kind = answer["type"]
+    """What an answered ``outcome_unknown`` interrupt leaves: a result, or None to re-run.
+
+    Total over every answer a store may hold (an older handrail saved ``respond`` with an
+    empty message without it): a saved answer never leaves a thread that cannot move.
+    """
+    kind = answer.get("type")
     if kind == "respond":
-        return ToolMessage(answer["message"], tool_call_id=record_task, name=name)
+        message = answer.get("message")
+        return ToolMessage(message if isinstance(message, str) else "", tool_call_id=record_task, name=name)
     if kind == "reject":
+        reason = answer.get("message")
         return ToolMessage(
-            reject_message(name, record_task, answer.get("message")),
+            reject_message(name, record_task, reason if isinstance(reason, str) else None),
             tool_call_id=record_task,
             name=name,
             status="error",
@@ -166,9 +192,9 @@ def _validate_outcome_decision(answer: Any) -> dict[str, Any]:
             "(run it again), {'type': 'respond', 'message': result} or {'type': 'reject'}"
         )
     kind = answer["type"]
-    unexpected = sorted(set(answer) - {"type", "message"})
+    unexpected = sorted(str(key) for key in set(answer) - {"type", "message"})
     if unexpected:
-        raise InvalidDecisionError(f"the decision ({kind}) has unexpected key(s) {unexpected}")
+        raise InvalidDecisionError(f"the decision ({kind}) has unexpected key(s) {short_repr(unexpected)}")
     message = answer.get("message")
     if kind == "respond" and not isinstance(message, str):
         raise InvalidDecisionError("the decision (respond) needs a string 'message': the tool's result")
@@ -176,6 +202,8 @@ def _validate_outcome_decision(answer: Any) -> dict[str, Any]:
         raise InvalidDecisionError(f"the decision ({kind}) 'message' must be a string")
     if kind == "approve":
         return {"type": "approve"}
+    if kind == "respond":
+        return {"type": "respond", "message": message}  # an empty result is a result
     return {"type": kind, "message": message} if message else {"type": kind}
 
 
@@ -226,6 +254,51 @@ def target_answers(fold: ThreadFold, pending: Mapping[str, InterruptRecord], res
         )
     (only,) = pending
     return {only: resume}
+
+
+MAX_ANSWER_DEPTH = 64
+"""How deeply an answer may nest (a decision with edited arguments needs about six)."""
+
+
+def as_stored(fold: ThreadFold, interrupt_id: str, answer: Any) -> Any:
+    """The answer exactly as the store will hold it, or InvalidDecisionError (rule 5).
+
+    What a run applies must be what is saved and audited: an answer JSON cannot hold
+    exactly (NaN or Infinity, a key that is not a string, a set, bytes, an integer past
+    64 bits, nesting deeper than ``MAX_ANSWER_DEPTH``) is refused before it is saved, and
+    an accepted one is applied as it loads back (a tuple becomes a list).
+    """
+    problem = _json_problem(answer)
+    if problem is None:
+        try:
+            return loads(dumps(answer, where="the answer"))
+        except SerializationError as exc:
+            problem = str(exc).removeprefix("cannot store the answer: ")
+    where = f"interrupt {interrupt_id}: " if len(fold.pending) > 1 else ""
+    raise InvalidDecisionError(
+        f"{where}the answer cannot be stored as given: {problem}; answers hold JSON values "
+        "(objects with string keys, lists, strings, finite numbers, true/false/null)",
+        interrupt_id=interrupt_id,
+    )
+
+
+def _json_problem(value: Any) -> str | None:
+    """What keeps ``value`` from being stored exactly as JSON, found without recursion."""
+    stack: list[tuple[Any, int, str]] = [(value, 0, "answer")]
+    while stack:
+        item, depth, path = stack.pop()
+        if depth > MAX_ANSWER_DEPTH:
+            return f"it nests more than {MAX_ANSWER_DEPTH} levels deep (at {path[:120]}...)"
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{path} is {item}, which JSON has no number for"
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return f"{path} has the key {short_repr(key)}, which is not a string"
+                stack.append((inner, depth + 1, f"{path}[{short_repr(key, 40)}]"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, depth + 1, f"{path}[{i}]") for i, inner in enumerate(item))
+    return None
 
 
 def validate_answer(spec: AgentSpec, fold: ThreadFold, record: InterruptRecord, answer: Any) -> Any:
@@ -305,7 +378,9 @@ def start_events(
         if run_input.resume is not None:
             answers = target_answers(fold, pending, run_input.resume)
             checked = {
-                interrupt_id: validate_answer(spec, fold, pending[interrupt_id], answer)
+                interrupt_id: validate_answer(
+                    spec, fold, pending[interrupt_id], as_stored(fold, interrupt_id, answer)
+                )
                 for interrupt_id, answer in answers.items()
             }
             resume: dict[str, Any] = {"answers": checked}
