@@ -228,7 +228,7 @@ def test_an_answer_json_cannot_hold_exactly_is_refused_with_a_value_error(answer
 
 def test_decisions_nested_a_thousand_deep_are_refused_by_the_review_middleware_too() -> None:
     """Rule 5: no RecursionError from building an error message."""
-    agent, ran = _unknown_outcome()
+    agent, _ = _unknown_outcome()
     (review,) = agent.get_state(config()).interrupts
     with pytest.raises(InvalidDecisionError):
         agent.invoke(Command(resume={review.id: {"type": _deep(1000)}}), config())

@@ -169,7 +169,6 @@ class BaseCheckpointSaver(ABC):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
 
@@ -178,10 +177,8 @@ class BaseCheckpointSaver(ABC):
         waiting for the disk (the commit survives the process, not a power cut, until
         the next durable append); a store without such a mode ignores it. ``reading``:
         the thread's state at the new head, kept in place of its previous saved reading
-        (``reading.seq`` must be the new head: ``ValueError`` otherwise). ``wait=False``
-        (only with ``durable=False``): the caller changes nothing outside the run before
-        its next call for this thread, so the store may return once the append is sent
-        and report its outcome (raise its error) on that next call; most stores ignore it.
+        (``reading.seq`` must be the new head: ``ValueError`` otherwise). An append
+        returns once the store has committed it or raised: never sooner.
         """
 
     @abstractmethod
@@ -245,10 +242,9 @@ class BaseCheckpointSaver(ABC):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         """Async :meth:`append`."""
-        extra = later_keywords(durable=durable, reading=reading, wait=wait)
+        extra = later_keywords(durable=durable, reading=reading)
         await asyncio.to_thread(
             lambda: self.append(
                 thread_id,
@@ -308,7 +304,7 @@ class BaseCheckpointSaver(ABC):
 
 
 def later_keywords(
-    *, durable: bool = True, reading: StoredEvent | None = None, from_reading: bool = False, wait: bool = True
+    *, durable: bool = True, reading: StoredEvent | None = None, from_reading: bool = False
 ) -> dict[str, Any]:
     """The keywords added to the protocol after the first stores, only where they differ
     from their defaults: an async twin that hands its call to a subclass's sync method,
@@ -320,8 +316,6 @@ def later_keywords(
         extra["reading"] = reading
     if from_reading:
         extra["from_reading"] = True
-    if not wait:
-        extra["wait"] = False
     return extra
 
 

@@ -53,7 +53,6 @@ class InMemorySaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         with self._lock:
             current = self._records.get(thread_id)
@@ -193,9 +192,8 @@ class InMemorySaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
-        extra = later_keywords(durable=durable, reading=reading, wait=wait)
+        extra = later_keywords(durable=durable, reading=reading)
         self.append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
         )

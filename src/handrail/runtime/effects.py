@@ -74,7 +74,6 @@ class Env:
     lock: asyncio.Lock | None = None
     ran: set[str] = field(default_factory=set)  # tool calls this run started
     last_record: ThreadRecord | None = None  # the thread row of this run's last append
-    unconfirmed: bool = False  # the last append was sent without waiting (see Persist.wait)
 
     def wants(self, mode: str) -> bool:
         return mode in self.modes
@@ -134,14 +133,10 @@ class StoreCall(Effect):
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def run_sync(self, env: Env) -> Any:
-        result = getattr(env.store, self.method)(*self.args, **self.kwargs)
-        env.unconfirmed = False  # a store's call for the thread confirms what was sent before
-        return result
+        return getattr(env.store, self.method)(*self.args, **self.kwargs)
 
     async def run_async(self, env: Env) -> Any:
-        result = await getattr(env.store, "a" + self.method)(*self.args, **self.kwargs)
-        env.unconfirmed = False
-        return result
+        return await getattr(env.store, "a" + self.method)(*self.args, **self.kwargs)
 
 
 @dataclass(slots=True)
@@ -173,10 +168,6 @@ class Persist(Effect):
     flush: bool = False
     release: bool = False  # the run's last write: end its claim in the same commit
     durable: bool = False  # wait for the disk even if nothing below asks for it
-    # False: what follows changes nothing outside the run before the next append (a model
-    # call no middleware wraps), so a store that can may return once a relaxed append is
-    # sent, and confirm it on the next call for the thread (``append(wait=False)``)
-    wait: bool = True
 
     def _take(self, env: Env) -> tuple[list[Event], list[StoredEvent], int] | None:
         """Prepare, and when flushing hand back what to append (emptying the buffer)."""
@@ -254,13 +245,6 @@ class Persist(Effect):
             "release": release,
             **_relaxed(env.store, durable, method),
         }
-        # (never a run's first append: it is the one that finds a stale cached reading)
-        if (
-            not (self.wait or durable or claim or release)
-            and env.appends
-            and takes(type(env.store), method, "wait")
-        ):
-            kwargs["wait"] = False
         if self.release and env.fold is not None and _reading_due(env.fold, env.store, method):
             try:
                 kwargs["reading"] = saved_reading(env.fold)
@@ -272,13 +256,11 @@ class Persist(Effect):
     def _failed(self, env: Env, events: list[Event], exc: BaseException) -> BaseException:
         """The run cannot go on after a failed append; a conflict is told in the run's terms."""
         env.broken = True
-        env.unconfirmed = False  # the store's call has told what it had to
         return self._conflict(env, events, exc) if isinstance(exc, ConflictError) else exc
 
     def _appended(self, env: Env, kwargs: dict[str, Any]) -> None:
         env.appends += 1
         env.last_record = kwargs["record"]
-        env.unconfirmed = kwargs.get("wait") is False
         reading = kwargs.get("reading")
         if reading is not None and env.fold is not None:
             env.fold.reading_seq = reading.seq
@@ -323,12 +305,14 @@ class Persist(Effect):
         self._appended(env, kwargs)
 
 
-def flush(*, last: bool = False, wait: bool = True) -> Persist:
+def flush(*, last: bool = False) -> Persist:
     """The effect that writes whatever the run has buffered (``last``: the run ends here).
 
-    ``wait=False``: see :attr:`Persist.wait`.
+    Every append is confirmed by the store before the run goes on: an append sent without
+    waiting, confirmed by whichever caller read the thread next, let a parked run's next
+    append overtake it (issue 12), and is gone.
     """
-    return Persist([], flush=True, release=last, wait=wait)
+    return Persist([], flush=True, release=last)
 
 
 _NO_ARGS: dict[str, Any] = {}

@@ -117,11 +117,6 @@ def run(env: Env, request: RunRequest) -> Gen:
                 yield flush(last=True)  # keep what the run did, even when it stops on an error
             except Exception:
                 pass  # the original error is the one to report
-        if env.unconfirmed:  # the run stopped in a model call: hear how the last append went
-            try:
-                yield StoreCall("get_thread", (env.thread_id,))
-            except Exception:
-                pass
 
 
 def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Event]) -> Gen:
@@ -275,9 +270,7 @@ def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
 
     task = _task(env, request, fold.answers_for(MODEL), None)
     if env.buffer:
-        # tool results must be saved before the model sees them; a model call changes
-        # nothing outside the run, so the store may confirm the commit after it
-        yield flush(wait=bool(spec.model_wrappers))
+        yield flush()  # tool results are saved before the model sees them
     try:
         response = yield Chain(
             "wrap_model_call", spec.model_wrappers, model_request, innermost, task, normalise_model_result
