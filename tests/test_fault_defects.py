@@ -244,3 +244,78 @@ def test_what_a_tool_receives_is_what_was_saved() -> None:
     assert got == [{"pick": ["a", 1.5], "n": 10**18}]
     (answered,) = [e for e in agent.get_audit_trail(config()) if e.event == "answered"]
     assert answered.interrupt_id == pending.id and answered.value == got[0]
+
+
+# Rule 10: a record that passes its hash but holds nonsense still fails as SerializationError ----
+def _resealed(thread_id: str, rows: list[Any]) -> list[Any]:
+    """``rows`` sealed again in order, as a writer with a bug would have stored them."""
+    from dataclasses import replace
+
+    from handrail.checkpoint.integrity import GENESIS, seal, unseal
+
+    out, prev = [], GENESIS
+    for row in rows:
+        payload, prev = seal(prev, thread_id, row.seq, row.kind, row.created_at, unseal(row.payload)[1])
+        out.append(replace(row, payload=payload))
+    return out
+
+
+def _reviewed_log() -> tuple[Any, list[Any], Any]:
+    agent, _ = _asker()
+    (pending,) = agent.get_state(config()).interrupts
+    agent.invoke(Command(resume={pending.id: "yes"}), config())
+    read = agent.checkpointer.read("t1")
+    return agent, list(read.events), read.record
+
+
+def _stored_again(rows: list[Any], record: Any) -> Any:
+    store = InMemorySaver()
+    store.append("t1", _resealed("t1", rows), expected_seq=0, record=record)
+    return create_agent(ScriptedModel([]), [], checkpointer=store)
+
+
+def test_a_finished_tool_record_without_its_message_type_fails_as_a_serialization_error() -> None:
+    """Defect 7: it used to raise AttributeError from get_audit_trail."""
+    from dataclasses import replace
+
+    from handrail.checkpoint.integrity import unseal
+    from handrail.errors import SerializationError
+
+    _, rows, record = _reviewed_log()
+    index = next(i for i, r in enumerate(rows) if r.kind == "tool_finished")
+    body = unseal(rows[index].payload)[1]
+    assert b'"__hr__":"tool",' in body
+    rows[index] = replace(rows[index], payload=body.replace(b'"__hr__":"tool",', b""))
+    agent = _stored_again(rows, record)
+    for read in (agent.get_audit_trail, agent.get_state, lambda c: list(agent.get_state_history(c))):
+        with pytest.raises(SerializationError, match=f"thread 't1', record {rows[index].seq}"):
+            read(config())
+
+
+@pytest.mark.parametrize("when", [float("inf"), 1e300, -1e18, float("nan")])
+def test_an_impossible_stored_time_fails_as_a_serialization_error(when: float) -> None:
+    """Defect 7: such times used to raise OverflowError, OSError or ValueError."""
+    from dataclasses import replace
+
+    from handrail.errors import SerializationError
+
+    _, rows, record = _reviewed_log()
+    rows = [replace(r, created_at=when) for r in rows]
+    agent = _stored_again(rows, record)
+    for read in (agent.get_audit_trail, agent.get_state):
+        with pytest.raises(SerializationError, match="thread 't1', record"):
+            read(config())
+
+
+def test_an_impossible_time_of_a_pending_review_fails_as_a_serialization_error() -> None:
+    from dataclasses import replace
+
+    from handrail.errors import SerializationError
+
+    agent, _ = _asker()
+    read = agent.checkpointer.read("t1")
+    (review,) = read.record.pending
+    record = replace(read.record, pending=(replace(review, created_at=float("inf")),))
+    damaged = _stored_again(list(read.events), record)
+    with pytest.raises(SerializationError, match=f"thread 't1', pending interrupt {review.interrupt_id}"):
+        damaged.list_interrupts()

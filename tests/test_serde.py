@@ -124,8 +124,13 @@ def _stored_log() -> list[StoredEvent]:
 
 
 def test_the_sample_log_has_compressed_and_plain_records() -> None:
+    """Every record is sealed (format v3); behind the seal, some are compressed, some not."""
+    from handrail.checkpoint.integrity import is_sealed, unseal
+
     payloads = [e.payload for e in _stored_log()]
-    assert any(p[:1] == b"\x04" for p in payloads) and any(p[:1] == b"{" for p in payloads)
+    assert all(is_sealed(p) for p in payloads)
+    bodies = [unseal(p)[1] for p in payloads]
+    assert any(b[:1] == b"\x04" for b in bodies) and any(b[:1] == b"{" for b in bodies)
 
 
 def test_records_compressed_by_earlier_versions_still_load() -> None:
@@ -135,6 +140,7 @@ def test_records_compressed_by_earlier_versions_still_load() -> None:
 
     import zstandard
 
+    from handrail.checkpoint.integrity import unseal
     from handrail.runtime.events import _ZDICT_V1, decode_event, unpack_payload
 
     zstd_v1 = zstandard.ZstdCompressor(
@@ -147,7 +153,7 @@ def test_records_compressed_by_earlier_versions_still_load() -> None:
     compressed = 0
     for stored in _stored_log():
         plain = decode_event(stored, "t1")
-        if stored.payload[:1] != b"\x04":
+        if unseal(stored.payload)[1][:1] != b"\x04":
             continue
         compressed += 1
         raw = unpack_payload(stored.payload, "t1", "record")
@@ -265,7 +271,8 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
     """A pending review's payload is stored like an event's: compressed when that pays."""
     agent = _paused(make_agent, "lorem ipsum dolor " * 40)
     pending = _inbox_entry(agent)
-    assert pending.payload[:2] == b"\x05\x04"  # its interrupt event's payload, compressed
+    # its interrupt event's stored payload: sealed (0x06, a 32-byte hash), then compressed
+    assert pending.payload[:2] == b"\x05\x06" and pending.payload[34:35] == b"\x04"
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
     _store_inbox_payload(agent, pending.payload[:-6] + b"\x00" * 6)

@@ -10,6 +10,7 @@ import pytest
 
 from handrail import AgentMiddleware, Command, InMemorySaver, ScriptedModel, create_agent
 from handrail.checkpoint.base import StoredEvent, ThreadRecord
+from handrail.checkpoint.integrity import unseal
 from handrail.checkpoint.serde import dumps
 from handrail.errors import ConflictError
 
@@ -192,9 +193,12 @@ def test_each_turn_stores_about_what_it_adds(make_agent: AgentFactory) -> None:
     agent.invoke({"messages": "go"}, config())
     for _ in range(60):
         agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config())
-    stored = sum(len(e.payload) for e in agent.checkpointer.read("t1").events)  # type: ignore[union-attr]
+    rows = agent.checkpointer.read("t1").events  # type: ignore[union-attr]
     messages = len(dumps(agent.get_state(config()).values["messages"]))
-    assert stored < 2 * messages, (stored, messages)
+    # each record's seal (rule 18: a marker and a 32-byte hash) is a fixed cost per record
+    bodies = sum(len(unseal(e.payload)[1]) for e in rows)
+    assert sum(len(e.payload) for e in rows) - bodies == 33 * len(rows)
+    assert bodies < 2 * messages, (bodies, messages)
 
 
 class ReadCountingSaver(InMemorySaver):

@@ -49,7 +49,15 @@ from handrail.middleware import (
 from handrail.models import ChatModel, ScriptedModel, init_chat_model
 from handrail.runtime.context import Runtime, ToolRuntime, get_stream_writer, interrupt
 from handrail.tools import Tool, tool
-from handrail.types import AuditEntry, Command, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
+from handrail.types import (
+    AuditEntry,
+    AuditVerification,
+    Command,
+    GraphOutput,
+    Interrupt,
+    RunnableConfig,
+    StateSnapshot,
+)
 
 if TYPE_CHECKING:
     from handrail.checkpoint.postgres import AsyncPostgresSaver as AsyncPostgresSaver
@@ -69,6 +77,7 @@ __all__ = [
     "ApproveDecision",
     "AsyncSqliteSaver",
     "AuditEntry",
+    "AuditVerification",
     "BaseCheckpointSaver",
     "BaseMessage",
     "ChatModel",

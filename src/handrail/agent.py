@@ -14,14 +14,14 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
 
 from handrail.checkpoint.base import BaseCheckpointSaver, PendingFilter, ThreadFilter, ThreadRecord
 from handrail.checkpoint.memory import InMemorySaver
-from handrail.errors import ConfigurationError, InvalidInputError
+from handrail.errors import ConfigurationError, InvalidInputError, stored_time
 from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
@@ -31,7 +31,14 @@ from handrail.runtime.effects import Env, drive_async, drive_sync
 from handrail.runtime.events import decode_review
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
-from handrail.types import AuditEntry, GraphOutput, Interrupt, RunnableConfig, StateSnapshot
+from handrail.types import (
+    AuditEntry,
+    AuditVerification,
+    GraphOutput,
+    Interrupt,
+    RunnableConfig,
+    StateSnapshot,
+)
 
 __all__ = ["Agent", "InterruptPage", "PendingInterrupt", "create_agent"]
 
@@ -577,6 +584,25 @@ class Agent:
         entries: list[AuditEntry] = await drive_async(maintenance.audit_trail(env), env)
         return entries
 
+    def verify_audit(self, config: RunnableConfig) -> AuditVerification:
+        """Check a thread's whole log against its hash chain (SPEC rule 18).
+
+        Every stored record carries a hash over its content and the hash of the record
+        before it, so a record changed, copied from another row, removed or moved is
+        found: the report names the first record that does not match, and how. Loading
+        a thread checks the same chain and raises ``SerializationError``; this reports
+        instead of raising.
+        """
+        env, _ = self._reader(config)
+        report: AuditVerification = drive_sync(maintenance.verify_audit(env), env)
+        return report
+
+    async def averify_audit(self, config: RunnableConfig) -> AuditVerification:
+        """Async :meth:`verify_audit`."""
+        env, _ = self._reader(config)
+        report: AuditVerification = await drive_async(maintenance.verify_audit(env), env)
+        return report
+
     def delete_thread(self, thread_id: str) -> bool:
         """Delete a thread and its whole log; return whether it existed."""
         self._spec.cache.drop(thread_id)
@@ -759,12 +785,16 @@ def _page(items: list[Any], limit: int) -> InterruptPage:
         PendingInterrupt(
             thread_id=item.thread_id,
             interrupt=Interrupt(
-                value=decode_review(item.review.payload, item.thread_id, item.review.interrupt_id),
+                value=decode_review(
+                    item.review.payload, item.thread_id, item.review.interrupt_id, item.review.kind
+                ),
                 id=item.review.interrupt_id,
             ),
             kind=item.review.kind,
             tools=item.review.tools,
-            created_at=datetime.fromtimestamp(item.review.created_at, UTC),
+            created_at=stored_time(
+                item.review.created_at, item.thread_id, f"pending interrupt {item.review.interrupt_id}"
+            ),
             metadata=dict(item.metadata),
         )
         for item in items

@@ -2,6 +2,9 @@
 
 Subcommands:
 
+``handrail audit verify THREAD ... | --all``
+    Check threads' stored logs against their hash chains (``cli_audit.py``).
+
 ``handrail demo``
     A scripted agent (no API key needed) wants to write a file, run a ``DELETE`` and read
     data; you review its risky calls in the terminal. Threads are kept in SQLite
@@ -128,6 +131,9 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
     )
+    from handrail import cli_audit
+
+    cli_audit.add_parser(commands, DEFAULT_DB)
     return parser
 
 
@@ -140,9 +146,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version print, then ask to exit
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         if args.command is None:
-            raise UsageError("choose a command: demo (see 'handrail --help')")
+            raise UsageError("choose a command: demo, audit (see 'handrail --help')")
         if args.command == "demo":
             return _demo(args, errors)
+        if args.command == "audit":
+            from handrail import cli_audit
+
+            return cli_audit.run(args, _open_store, UsageError)
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:
         errors.print(f"handrail: error: {escape(str(exc))}", soft_wrap=True)

@@ -16,7 +16,9 @@ Example::
 
 from __future__ import annotations
 
+import math
 import reprlib
+from datetime import UTC, datetime
 
 __all__ = [
     "ConfigurationError",
@@ -27,6 +29,7 @@ __all__ = [
     "PendingInterruptError",
     "SerializationError",
     "short_repr",
+    "stored_time",
 ]
 
 
@@ -124,3 +127,21 @@ def short_repr(value: object, limit: int = 80) -> str:
     except Exception:  # a value whose own __repr__ fails still gets a message
         text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def stored_time(seconds: float, thread_id: str, record: str, seq: int | None = None) -> datetime:
+    """A stored time (epoch seconds) as an aware UTC datetime; an impossible one is damage.
+
+    ``record`` names the record in the error (``"record 12"``, ``"pending interrupt X"``).
+    """
+    try:
+        if not math.isfinite(seconds) or not 0 <= seconds < _YEAR_10000:
+            raise ValueError(f"{seconds!r} is not a time between 1970 and 9999")
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError, TypeError) as exc:
+        raise SerializationError(
+            f"cannot load thread {thread_id!r}, {record}: damaged time ({exc})", thread_id=thread_id, seq=seq
+        ) from None
+
+
+_YEAR_10000 = 253402300800.0

@@ -8,6 +8,7 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 __all__ = [
     "AuditEntry",
+    "AuditVerification",
     "Command",
     "Configurable",
     "GraphOutput",
@@ -129,3 +130,30 @@ class AuditEntry:
     args: dict[str, Any] | None = None
     proposed: dict[str, Any] | None = None
     result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditVerification:
+    """What :meth:`Agent.verify_audit` found when it checked a thread's log against its
+    hash chain (SPEC rule 18).
+
+    ``ok`` is true when every stored record matches; otherwise ``first_bad`` is the
+    number of the first record that does not, and ``reason`` says how. ``records`` is
+    how many records were read; ``unsealed`` how many were written before records had a
+    hash (a store's migration seals them), which are chained but cannot be checked on
+    their own. A pruned thread is checked from the anchors its snapshot keeps.
+
+    Example::
+
+        report = agent.verify_audit({"configurable": {"thread_id": "t1"}})
+        if not report.ok:
+            print(f"record {report.first_bad}: {report.reason}")
+    """
+
+    thread_id: str
+    ok: bool
+    records: int
+    head_seq: int
+    first_bad: int | None = None
+    reason: str | None = None
+    unsealed: int = 0

@@ -25,8 +25,7 @@ from handrail import Command, InMemorySaver
 from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.errors import ConflictError, SerializationError
 from handrail.runtime import effects
-from handrail.runtime.events import decode_event
-from handrail.runtime.reading import fold_events, restore_reading
+from handrail.runtime.reading import checked_log, fold_events, restore_reading
 
 
 def reading(seq: int, payload: bytes = b"state") -> StoredEvent:
@@ -205,9 +204,11 @@ def test_any_saved_reading_restores_the_fold_exactly(tmp_path: Path, every: int,
 def _assert_restores_the_log(agent: Any, saver: Any, stored: StoredEvent) -> None:
     """The fold a saved reading holds is the fold of the log up to it, slot for slot."""
     restored = restore_reading(agent._spec, "t", stored)
-    log = [decode_event(e, "t") for e in saver.read("t", upto_seq=stored.seq).events]
+    assert restored is not None
+    log, walked = checked_log("t", saver.read("t", upto_seq=stored.seq).events)
     folded = fold_events(agent._spec, "t", log)
     folded.reading_seq, folded.epoch = restored.reading_seq, restored.epoch  # the store's to know
+    folded.chain, folded.chain_sealed = walked.next_prev, walked.sealed  # the loader's to know
     assert _slots(restored) == _slots(folded)
 
 

@@ -26,6 +26,7 @@ from handrail.checkpoint.base import (
     ThreadRecord,
     ThreadStatus,
 )
+from handrail.checkpoint.integrity import GENESIS, seal
 from handrail.checkpoint.serde import dumps
 from handrail.errors import ConflictError
 from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, new_id
@@ -42,7 +43,7 @@ from handrail.runtime.context import (
     reset_current_task,
     set_current_task,
 )
-from handrail.runtime.events import Event, encode_event, pack_payload, review_payload
+from handrail.runtime.events import Event, encode_event, pack_payload, review_payload, review_record
 from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, run_coroutine_sync
@@ -176,7 +177,13 @@ class Persist(Effect):
             return None
         try:
             events, env.buffer = env.buffer, []
-            stored = [encode_event(event, env.thread_id) for event in events]
+            fold = env.fold
+            assert fold is not None
+            stored = []
+            for event in events:  # each record sealed to the one before it
+                row, fold.chain = encode_event(event, env.thread_id, fold.chain)
+                stored.append(row)
+            fold.chain_sealed = True
             if env.fold is not None and env.fold.pending:
                 _share_review_payloads(env.fold, events, stored)
             return events, stored, env.buffer_from
@@ -350,11 +357,11 @@ def _reading_due(fold: ThreadFold, store: BaseCheckpointSaver, method: str) -> b
 
 
 def saved_reading(fold: ThreadFold) -> StoredEvent:
-    """The stored form of a fold: the thread's saved reading at its head."""
+    """The stored form of a fold: the thread's saved reading at its head, sealed on its own
+    (it holds the chain's hash at its event: ``checkpoint/integrity.py``, rule 4)."""
     raw = dumps(fold.to_reading(), where=f"the state of thread {fold.thread_id!r}")
-    return StoredEvent(
-        seq=fold.head_seq, kind="reading", created_at=fold.updated_at, payload=pack_payload(raw)
-    )
+    payload, _ = seal(GENESIS, fold.thread_id, fold.head_seq, "reading", fold.updated_at, pack_payload(raw))
+    return StoredEvent(seq=fold.head_seq, kind="reading", created_at=fold.updated_at, payload=payload)
 
 
 def buffer(env: Env, events: list[Event]) -> None:
@@ -465,8 +472,8 @@ def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[S
 def _inbox_payload(record: InterruptRecord, thread_id: str) -> bytes:
     """The stored form of a pending interrupt's value, made once per interrupt."""
     if record.stored is None:
-        raw = dumps(record.value, where=f"interrupt {record.id} of thread {thread_id!r}")
-        object.__setattr__(record, "stored", pack_payload(raw))  # a cache, not state
+        stored = review_record(record.id, record.kind, record.value, thread_id)
+        object.__setattr__(record, "stored", stored)  # a cache, not state
     assert record.stored is not None
     return record.stored
 

@@ -50,6 +50,7 @@ from typing import Any
 import zstandard
 
 from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.integrity import seal, unseal
 from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import SerializationError
 
@@ -57,11 +58,13 @@ __all__ = [
     "AUDIT_KINDS",
     "CHECKPOINT_KINDS",
     "EVENT_KINDS",
+    "REVIEW_KINDS",
     "Event",
     "decode_event",
     "decode_review",
     "encode_event",
     "review_payload",
+    "review_record",
 ]
 
 EVENT_KINDS = frozenset(
@@ -111,6 +114,8 @@ _ZDICT_V1_MARK = b"\x02"  # zlib against _ZDICT_V1 (read only)
 _ZSTD_V1_MARK = b"\x03"  # Zstandard with _ZDICT_V1 as a raw-content dictionary (read only)
 _ZSTD_V2_MARK = b"\x04"  # Zstandard with the trained dictionary _ZDICT_V2, checksummed (written)
 _EVENT_VALUE_MARK = b"\x05"  # an inbox payload that is its interrupt event's stored payload (v2.1)
+_REVIEW_MARK = b"\x07"  # an inbox payload of {"id", "kind", "value"} (v3)
+# 0x06: a sealed record, see ``checkpoint/integrity.py`` (v3)
 _MAX_PAYLOAD = 64 * 1024 * 1024  # a frame that claims more is damaged, not loaded
 # Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
 _ZDICT_V1 = b"".join(
@@ -249,7 +254,10 @@ def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None 
     """The JSON of a stored payload (as it is, or decompressed), or SerializationError.
 
     ``record`` names the record in the error (``"record 12"``, ``"pending interrupt X"``).
+    A sealed payload's hash is left out here: the chain is checked where it is read whole
+    (``reading.py``).
     """
+    _, payload = unseal(payload)
     marker = payload[:1]
     if marker not in _COMPRESSED:
         return payload
@@ -274,10 +282,12 @@ def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None 
         ) from None
 
 
-def encode_event(event: Event, thread_id: str) -> StoredEvent:
-    """Serialise an event for the store (compressing larger payloads)."""
-    payload = pack_payload(dumps(event.data, where=lambda: f"{event.kind} event of thread {thread_id!r}"))
-    return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload)
+def encode_event(event: Event, thread_id: str, prev: bytes) -> tuple[StoredEvent, bytes]:
+    """Serialise an event for the store (compressing larger payloads), sealed to the hash
+    of the record before it (``prev``); return it and its own hash."""
+    body = pack_payload(dumps(event.data, where=lambda: f"{event.kind} event of thread {thread_id!r}"))
+    payload, digest = seal(prev, thread_id, event.seq, event.kind, event.created_at, body)
+    return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload), digest
 
 
 def review_payload(interrupt_payload: bytes) -> bytes:
@@ -289,23 +299,39 @@ def review_payload(interrupt_payload: bytes) -> bytes:
     return _EVENT_VALUE_MARK + interrupt_payload
 
 
-def decode_review(payload: bytes, thread_id: str, interrupt_id: str) -> Any:
-    """The value of a pending review from its inbox payload, in either stored form.
+def review_record(interrupt_id: str, kind: str, value: Any, thread_id: str) -> bytes:
+    """The inbox payload of a pending review raised before this run: its id, kind and value."""
+    data = {"id": interrupt_id, "kind": kind, "value": value}
+    return _REVIEW_MARK + pack_payload(dumps(data, where=f"interrupt {interrupt_id} of thread {thread_id!r}"))
 
-    A damaged payload raises :class:`SerializationError` naming the thread and the
-    interrupt (SPEC rule 10).
+
+REVIEW_KINDS = frozenset({"interrupt", "outcome_unknown"})
+
+
+def decode_review(payload: bytes, thread_id: str, interrupt_id: str, kind: str | None = None) -> Any:
+    """The value of a pending review from its inbox payload, in any stored form.
+
+    The payload names its interrupt and (in the forms written now) its kind, which must
+    be the row's: a damaged payload or row raises :class:`SerializationError` naming the
+    thread and the interrupt (SPEC rule 10).
     """
     record = f"pending interrupt {interrupt_id}"
-    if payload[:1] != _EVENT_VALUE_MARK:
+    if kind is not None and kind not in REVIEW_KINDS:
+        raise SerializationError(
+            f"cannot load thread {thread_id!r}, {record}: unknown review kind {kind!r}", thread_id=thread_id
+        )
+    marker = payload[:1]
+    if marker not in (_EVENT_VALUE_MARK, _REVIEW_MARK):
         return loads(unpack_payload(payload, thread_id, record), thread_id=thread_id, record=record)
     data = loads(unpack_payload(payload[1:], thread_id, record), thread_id=thread_id, record=record)
+    stored_kind = data.get("kind", "interrupt") if isinstance(data, dict) else None
     if not isinstance(data, dict) or "value" not in data or data.get("id") != interrupt_id:
-        raise SerializationError(
-            f"cannot load thread {thread_id!r}, {record}: its payload is not the interrupt event "
-            "that raised it",
-            thread_id=thread_id,
-        )
-    return data["value"]
+        problem = "its payload is not the interrupt event that raised it"
+    elif kind is not None and stored_kind != kind:
+        problem = f"the row says it is {kind!r}, its payload says {stored_kind!r}"
+    else:
+        return data["value"]
+    raise SerializationError(f"cannot load thread {thread_id!r}, {record}: {problem}", thread_id=thread_id)
 
 
 def decode_event(stored: StoredEvent, thread_id: str) -> Event:

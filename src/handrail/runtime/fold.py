@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from handrail.checkpoint.integrity import GENESIS
 from handrail.errors import SerializationError
 from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_messages_into
 from handrail.runtime.events import CHECKPOINT_KINDS, Event
@@ -68,6 +69,8 @@ class ThreadFold:
         "answered_ids",
         "answers",
         "base_seq",
+        "chain",
+        "chain_sealed",
         "checkpoint_at",
         "checkpoint_count",
         "checkpoint_kind",
@@ -121,6 +124,10 @@ class ThreadFold:
         self.metadata: dict[str, Any] = {}
         self.base_seq = 0  # the snapshot a reading started from; older checkpoints were pruned
         self.reading_seq = 0  # the event of the latest saved reading of this thread (0: none known)
+        # the hash the next stored record chains to, and whether a sealed record came before
+        # (``checkpoint/integrity.py``); kept by whoever reads or writes the stored records
+        self.chain = GENESIS
+        self.chain_sealed = False
 
     # Reading --------------------------------------------------------------------
     @property
@@ -203,10 +210,10 @@ class ThreadFold:
         answered = self.answered_ids | past.answered_ids
         superseded = self.superseded_ids | past.superseded_ids | set(self.pending)
         previous_checkpoint = self.checkpoint_seq
-        keep = (self.created_at, self.epoch, self.metadata)
+        keep = (self.created_at, self.epoch, self.metadata, self.chain, self.chain_sealed)
         for name in ThreadFold.__slots__:
             setattr(self, name, getattr(past.copy(), name))
-        self.created_at, self.epoch, self.metadata = keep
+        self.created_at, self.epoch, self.metadata, self.chain, self.chain_sealed = keep
         self.answered_ids = answered
         self.superseded_ids = superseded - set(self.pending)
         self.head_seq = event.seq
@@ -426,6 +433,7 @@ class ThreadFold:
             "head_seq": self.head_seq,
             "updated_at": self.updated_at,
             "base_seq": self.base_seq,
+            "chain": self.chain.hex(),
             "checkpoint": [
                 self.checkpoint_seq,
                 self.parent_checkpoint_seq,
@@ -436,8 +444,14 @@ class ThreadFold:
         }
 
     @classmethod
-    def from_reading(cls, thread_id: str, reducers: Mapping[str, Reducer], data: Any, seq: int) -> ThreadFold:
-        """The fold :meth:`to_reading` saved at event ``seq``, exactly as folding the log gives it."""
+    def from_reading(
+        cls, thread_id: str, reducers: Mapping[str, Reducer], data: Any, seq: int, *, sealed: bool = True
+    ) -> ThreadFold:
+        """The fold :meth:`to_reading` saved at event ``seq``, exactly as folding the log gives it.
+
+        ``sealed``: the reading was stored with a hash, and holds the chain's (a reading
+        saved before that has none to give).
+        """
         fold = cls._restore(thread_id, reducers, data, seq, "saved reading")
         try:
             if int(data["head_seq"]) != seq:
@@ -449,6 +463,11 @@ class ThreadFold:
             fold.checkpoint_at, fold.checkpoint_kind, fold.checkpoint_writes = float(at), str(kind), writes
             fold.updated_at = float(data["updated_at"])
             fold.base_seq = int(data["base_seq"])
+            if sealed:
+                fold.chain = bytes.fromhex(data["chain"])
+                if len(fold.chain) != len(GENESIS):
+                    raise ValueError("its chain hash has the wrong length")
+                fold.chain_sealed = True
         except (KeyError, TypeError, ValueError) as exc:
             raise SerializationError(
                 f"cannot load thread {thread_id!r}, saved reading at record {seq}: damaged "

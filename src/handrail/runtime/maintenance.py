@@ -12,17 +12,18 @@ checkpoint kept becomes a ``snapshot`` event holding the state at that point.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
-from handrail.errors import InvalidInputError
-from handrail.messages import AIMessage, BaseMessage
+from handrail.checkpoint.base import ThreadRead
+from handrail.checkpoint.integrity import GENESIS, is_sealed
+from handrail.errors import InvalidInputError, SerializationError, short_repr, stored_time
+from handrail.messages import AIMessage, BaseMessage, ToolMessage
 from handrail.runtime.effects import Effect, Env, StoreCall
-from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, decode_event, encode_event
-from handrail.runtime.reading import fold_events, start_of
-from handrail.types import AuditEntry
+from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode_event
+from handrail.runtime.reading import anchors_of, checked_log, fold_events, start_of
+from handrail.types import AuditEntry, AuditVerification
 
-__all__ = ["audit_trail", "prune"]
+__all__ = ["audit_trail", "prune", "verification_of", "verify_audit"]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -32,7 +33,7 @@ def prune(env: Env, keep_last: int) -> Gen:
     if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
         raise InvalidInputError(f"keep_last must be a positive integer, got {keep_last!r}")
     read = yield StoreCall("read", (env.thread_id,), {})
-    events = [decode_event(stored, env.thread_id) for stored in read.events]
+    events, walked = checked_log(env.thread_id, read.events)
     start, rest = start_of(env.spec, env.thread_id, events)
     checkpoints = ([start.base_seq] if start.base_seq else []) + [
         e.seq for e in rest if e.kind in CHECKPOINT_KINDS
@@ -48,26 +49,107 @@ def prune(env: Env, keep_last: int) -> Gen:
         return 0
     past = fold_events(env.spec, env.thread_id, [e for e in events if e.seq <= cut])
     at_cut = next(e for e in events if e.seq == cut)
-    snapshot = Event("snapshot", {"state": past.to_snapshot()}, seq=cut, created_at=at_cut.created_at)
+    kept = [e.seq for e in events if e.seq > cut or (e.seq < cut and e.kind in AUDIT_KINDS)]
+    anchors, before = _anchors_after_pruning(
+        [e.seq for e in events],
+        kept,
+        cut,
+        walked.hashes,
+        anchors_of(env.thread_id, next((e for e in reversed(events) if e.kind == "snapshot"), None)),
+    )
+    data = {"state": past.to_snapshot(), "anchors": {str(seq): h.hex() for seq, h in anchors.items()}}
+    snapshot = Event("snapshot", data, seq=cut, created_at=at_cut.created_at)
+    stored, _ = encode_event(snapshot, env.thread_id, before)
     dropped: int = yield StoreCall(
-        "prune",
-        (env.thread_id,),
-        {"upto_seq": cut, "snapshot": encode_event(snapshot, env.thread_id), "keep_kinds": AUDIT_KINDS},
+        "prune", (env.thread_id,), {"upto_seq": cut, "snapshot": stored, "keep_kinds": AUDIT_KINDS}
     )
     env.spec.cache.drop(env.thread_id)
     return dropped
 
 
+def _anchors_after_pruning(
+    present: list[int], kept: list[int], cut: int, hashes: dict[int, bytes], old: dict[int, bytes]
+) -> tuple[dict[int, bytes], bytes]:
+    """The anchors a prune's snapshot keeps, and the hash the snapshot itself chains to.
+
+    Each row kept whose predecessor changes (dropped, or replaced by the snapshot) keeps
+    the hash it was chained to (``checkpoint/integrity.py``, rule 3), as does the row
+    after the snapshot, even one appended after this read.
+    """
+    chained: dict[int, bytes] = {}  # the hash each row was chained to
+    prev = GENESIS
+    for seq in present:
+        chained[seq] = old.get(seq, prev)
+        prev = hashes[seq]
+    anchors: dict[int, bytes] = {cut + 1: old.get(cut + 1, hashes[cut])}
+    before = GENESIS  # what the snapshot chains to: the row kept before it
+    last: int | None = None
+    for seq in sorted({*kept, cut}):
+        if seq == cut:
+            before = hashes[last] if last is not None else GENESIS
+        elif seq not in anchors:
+            now = GENESIS if last is None else (None if last == cut else hashes[last])
+            if now != chained[seq]:
+                anchors[seq] = chained[seq]
+        last = seq
+    return anchors, before
+
+
 def audit_trail(env: Env) -> Gen:
     """The thread's review requests, answers and tool runs, oldest first."""
     read = yield StoreCall("read", (env.thread_id,), {})
-    events = [decode_event(stored, env.thread_id) for stored in read.events]
-    proposed = _proposed_calls(events)
+    events, _ = checked_log(env.thread_id, read.events)
+    try:
+        proposed = _proposed_calls(events)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise _damaged(env.thread_id, None, exc) from None
     entries: list[AuditEntry] = []
     for event in events:
         if event.kind in AUDIT_KINDS:
-            entries.extend(_entries(env.thread_id, event, proposed))
+            try:
+                entries.extend(_entries(env.thread_id, event, proposed))
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                raise _damaged(env.thread_id, event, exc) from None
     return entries
+
+
+def _damaged(thread_id: str, event: Event | None, exc: Exception) -> SerializationError:
+    where = f"record {event.seq}: damaged {event.kind} event" if event is not None else "damaged log"
+    return SerializationError(
+        f"cannot load thread {thread_id!r}, {where} ({type(exc).__name__}: {short_repr(str(exc), 200)})",
+        thread_id=thread_id,
+        seq=event.seq if event is not None else None,
+    )
+
+
+def verify_audit(env: Env) -> Gen:
+    """Check the thread's whole log against its hash chain (SPEC rule 18)."""
+    read = yield StoreCall("read", (env.thread_id,), {})
+    return verification_of(env.thread_id, read)
+
+
+def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
+    """What checking a log read whole finds: its first record that does not match, if any.
+
+    A thread the store does not have is not ``ok``: there is nothing to vouch for.
+    """
+    head = read.record.head_seq if read.record is not None else 0
+    unsealed = sum(1 for row in read.events if not is_sealed(row.payload))
+    found = AuditVerification(thread_id, True, len(read.events), head, unsealed=unsealed)
+    if read.record is None and not read.events:
+        return AuditVerification(thread_id, False, 0, 0, reason="the store has no such thread")
+    try:
+        checked_log(thread_id, read.events)
+    except SerializationError as exc:
+        reason = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        return AuditVerification(thread_id, False, len(read.events), head, exc.seq, reason, unsealed)
+    last = read.events[-1].seq if read.events else 0
+    if last != head:
+        reason = f"the thread's head is record {head}, but its log ends at record {last}"
+        return AuditVerification(
+            thread_id, False, len(read.events), head, min(last, head) + 1, reason, unsealed
+        )
+    return found
 
 
 def _proposed_calls(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
@@ -88,7 +170,7 @@ def _proposed_calls(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
 
 
 def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) -> list[AuditEntry]:
-    at = datetime.fromtimestamp(event.created_at, UTC)
+    at = stored_time(event.created_at, thread_id, f"record {event.seq}", event.seq)
     data = event.data
     if event.kind == "interrupt":
         return [
@@ -130,6 +212,8 @@ def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) 
             )
         ]
     message: BaseMessage = data["message"]
+    if not isinstance(message, ToolMessage):
+        raise TypeError("a tool_finished event must hold a ToolMessage")
     return [
         AuditEntry(
             thread_id=thread_id,

@@ -10,12 +10,12 @@ number of past checkpoints, in this process or in a new one.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.integrity import GENESIS, ChainWalk, link, unseal, walk
 from handrail.checkpoint.serde import loads
-from handrail.errors import InvalidInputError, SerializationError
+from handrail.errors import InvalidInputError, SerializationError, stored_time
 from handrail.runtime import rules
 from handrail.runtime.effects import Effect, Env, StoreCall, takes
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event, unpack_payload
@@ -23,7 +23,7 @@ from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoin
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
 
-__all__ = ["fold_events", "history", "interrupts_of", "load", "snapshot"]
+__all__ = ["anchors_of", "checked_log", "fold_events", "history", "interrupts_of", "load", "snapshot"]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -53,6 +53,7 @@ def load(
             fold = cached.copy()
             for stored in read.events:
                 fold.apply(decode_event(stored, thread_id))
+            _follow_chain(fold, read.events)
             return fold
     read = None
     if upto_seq is None and _reads_saved_readings(env):
@@ -60,19 +61,68 @@ def load(
         # only the events after it (SPEC §6: not every past checkpoint again).
         read = yield StoreCall("read", (thread_id,), {"from_reading": True})
         if read.reading is not None:
-            if _simply_follow(read.events):
-                fold = restore_reading(spec, thread_id, read.reading)
+            saved = restore_reading(spec, thread_id, read.reading) if _simply_follow(read.events) else None
+            if saved is not None:
+                fold = saved
                 for stored in read.events:
                     fold.apply(decode_event(stored, thread_id))
+                _follow_chain(fold, read.events)
                 fold.epoch = read.record.epoch if read.record is not None else ""
                 return fold
-            read = None  # a branch or a snapshot after the reading needs the older log
+            read = None  # a branch or a snapshot after it, or a reading without a seal: the log
     if read is None:
         read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
-    events = [decode_event(stored, thread_id) for stored in read.events]
+    events, walked = checked_log(thread_id, read.events)
     fold = fold_events(spec, thread_id, events)
+    fold.chain, fold.chain_sealed = walked.next_prev, walked.sealed
     fold.epoch = read.record.epoch if read.record is not None else ""
     return fold
+
+
+def checked_log(thread_id: str, stored: list[StoredEvent]) -> tuple[list[Event], ChainWalk]:
+    """A log read from its start, checked against its hash chain, then decoded (SPEC rules
+    10 and 18): any damaged, copied, removed or moved record raises SerializationError
+    naming the first record that does not match."""
+    snapshot_at = next((i for i in range(len(stored) - 1, -1, -1) if stored[i].kind == "snapshot"), None)
+    snapshot = decode_event(stored[snapshot_at], thread_id) if snapshot_at is not None else None
+    walked = walk(thread_id, stored, anchors=anchors_of(thread_id, snapshot))
+    if walked.broken is not None:
+        raise walked.broken.error(thread_id)
+    events = [
+        snapshot if snapshot is not None and i == snapshot_at else decode_event(row, thread_id)
+        for i, row in enumerate(stored)
+    ]
+    return events, walked
+
+
+def anchors_of(thread_id: str, snapshot: Event | None) -> dict[int, bytes]:
+    """The hashes a pruned thread's snapshot keeps for rows whose predecessor pruning
+    removed (``checkpoint/integrity.py``, rule 3)."""
+    raw = snapshot.data.get("anchors") if snapshot is not None else None
+    if not raw:
+        return {}
+    try:
+        anchors = {int(seq): bytes.fromhex(digest) for seq, digest in raw.items()}
+    except (AttributeError, TypeError, ValueError):
+        anchors = {}
+    if not anchors or any(len(digest) != len(GENESIS) for digest in anchors.values()):
+        assert snapshot is not None
+        raise SerializationError(
+            f"cannot load thread {thread_id!r}, record {snapshot.seq}: damaged snapshot (its anchors)",
+            thread_id=thread_id,
+            seq=snapshot.seq,
+        )
+    return anchors
+
+
+def _follow_chain(fold: ThreadFold, stored: list[StoredEvent]) -> None:
+    """Check the records read after an earlier reading of the thread against the chain."""
+    if not stored:
+        return
+    walked = walk(fold.thread_id, stored, prev=fold.chain, sealed=fold.chain_sealed)
+    if walked.broken is not None:
+        raise walked.broken.error(fold.thread_id)
+    fold.chain, fold.chain_sealed = walked.next_prev, walked.sealed
 
 
 def _simply_follow(events: list[StoredEvent]) -> bool:
@@ -85,12 +135,32 @@ def _reads_saved_readings(env: Env) -> bool:
     return takes(type(env.store), "aread", "from_reading")  # the sync read too
 
 
-def restore_reading(spec: AgentSpec, thread_id: str, stored: StoredEvent) -> ThreadFold:
-    """The fold a saved reading holds (SPEC rule 10: damage raises, naming the thread and event)."""
+def restore_reading(spec: AgentSpec, thread_id: str, stored: StoredEvent) -> ThreadFold | None:
+    """The fold a saved reading holds, or None for a reading saved before readings were
+    sealed (the log is read instead). SPEC rule 10: damage raises, naming the thread and event."""
     what = f"saved reading at record {stored.seq}"
-    raw = unpack_payload(stored.payload, thread_id, what, stored.seq)
+    digest, body = unseal(stored.payload)
+    if digest is not None:
+        try:
+            expected = link(GENESIS, thread_id, stored.seq, "reading", stored.created_at, body)
+        except (OverflowError, TypeError, UnicodeEncodeError) as exc:
+            raise SerializationError(
+                f"cannot load thread {thread_id!r}, {what}: a column cannot be hashed ({exc})",
+                thread_id=thread_id,
+                seq=stored.seq,
+            ) from None
+        if digest != expected:
+            raise SerializationError(
+                f"cannot load thread {thread_id!r}, {what}: it does not match its hash (damaged)",
+                thread_id=thread_id,
+                seq=stored.seq,
+            )
+    raw = unpack_payload(body, thread_id, what, stored.seq)
     data = loads(raw, thread_id=thread_id, seq=stored.seq, record=what)
-    return ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq)
+    if digest is None:  # saved before readings were sealed: checked, then not trusted
+        ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq, sealed=False)
+        return None
+    return ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq, sealed=True)
 
 
 def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:
@@ -160,7 +230,7 @@ def history(
 ) -> Gen:
     """Snapshots at every checkpoint, newest first (or only ``checkpoint_id``)."""
     read = yield StoreCall("read", (env.thread_id,), {})
-    events = [decode_event(stored, env.thread_id) for stored in read.events]
+    events, _ = checked_log(env.thread_id, read.events)
     wanted = seq_of_checkpoint(checkpoint_id) if checkpoint_id is not None else None
     before_seq = seq_of_checkpoint(before) if before is not None else None
     found: list[StateSnapshot] = []
@@ -212,7 +282,9 @@ def _snapshot_of(
         next=fold.next,
         config=config,
         metadata=metadata,
-        created_at=datetime.fromtimestamp(fold.checkpoint_at, UTC).isoformat() if seq else None,
+        created_at=stored_time(fold.checkpoint_at, thread_id, f"record {seq}", seq).isoformat()
+        if seq
+        else None,
         parent_config=parent_config,
         interrupts=interrupts_of(pending),
     )
