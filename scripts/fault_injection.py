@@ -189,7 +189,9 @@ def _recover_and_check(agent: Agent, thread_id: str, ledger: Path, tally: Tally)
     ran_before = Counter(ledger.read_text().split())
     state = _settled_state(agent, thread_id)
     if state is not None:
-        unknown = [p.value["tool_call_id"] for p in state.interrupts if p.value.get("type") == "outcome_unknown"]
+        unknown = [
+            p.value["tool_call_id"] for p in state.interrupts if p.value.get("type") == "outcome_unknown"
+        ]
         tally.outcome_unknown += len(unknown)
         if len(unknown) != len(set(unknown)):
             fail(f"two outcome_unknown reviews for one call: {unknown}")

@@ -342,9 +342,12 @@ def test_random_and_truncated_inbox_payloads_raise_only_serialization_errors(dat
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=8).filter(lambda key: key != "__hr__"), inner, max_size=4)
+    ),
     max_leaves=20,
-)
+)  # (a dict keyed "__hr__" is refused when stored: test_the_reserved_key_is_refused_when_stored)
 
 
 @settings(max_examples=300, deadline=None)
@@ -355,6 +358,17 @@ def test_plain_json_loads_the_same_with_or_without_the_walk_for_tagged_objects(v
 
     raw = orjson.dumps(value)
     assert loads(raw) == _revive(orjson.loads(raw)) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"__hr__": False}, {"args": {"__hr__": "ai", "content": "looks like a message"}}, [{"__hr__": 1}]],
+)
+def test_the_reserved_key_is_refused_when_stored(value: object) -> None:
+    """Rule 10: a plain dict keyed "__hr__" would load as a typed object or wedge its thread."""
+    with pytest.raises(SerializationError, match="reserves for the types it stores"):
+        dumps(value, where="the test value")
+    assert loads(dumps({"text": 'a "__hr__" inside a string', "m": AIMessage("x")}))["m"] == AIMessage("x")
 
 
 def test_a_tag_spelled_with_escapes_is_still_refused() -> None:

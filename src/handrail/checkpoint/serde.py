@@ -134,14 +134,32 @@ def dumps(value: Any, *, where: str | Callable[[], str] = "value") -> bytes:
     """Serialise ``value`` to JSON bytes; raise :class:`SerializationError` naming ``where``.
 
     ``where`` may be a function that returns the name, called only when there is an
-    error to report (a hot path need not format it every time).
+    error to report (a hot path need not format it every time). A plain dict that uses
+    the reserved key ``"__hr__"`` is refused: it would load as a typed object, or not at
+    all (rule 10).
     """
+    tagged = 0
+
+    def default(obj: Any) -> Any:
+        nonlocal tagged
+        out = _default(obj)
+        tagged += 1
+        return out
+
     try:
-        return orjson.dumps(value, default=_default, option=_OPTIONS)
+        raw = orjson.dumps(value, default=default, option=_OPTIONS)
     except TypeError as exc:
         reason = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
         named = where if isinstance(where, str) else where()
         raise SerializationError(f"cannot store {named}: {reason}") from None
+    # Inside a JSON string a quote is escaped, so the key spelled so is always an object's key.
+    if raw.count(_TAG_KEY) > tagged:
+        named = where if isinstance(where, str) else where()
+        raise SerializationError(
+            f"cannot store {named}: it holds a dict with the key {TAG!r}, which handrail reserves "
+            "for the types it stores; rename that key"
+        )
+    return raw
 
 
 def compact(raw: bytes) -> bytes:
