@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sqlite3
 import subprocess
@@ -65,6 +66,13 @@ def test_memory_and_connection_forms(tmp_path: Path) -> None:
     saver.close()
     assert conn.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)  # the caller's, still open
     conn.close()
+
+
+@pytest.mark.parametrize("kind", [SqliteSaver, AsyncSqliteSaver])
+def test_append_has_no_unwaited_form(kind: type[SqliteSaver] | type[AsyncSqliteSaver]) -> None:
+    """Issue 12, defect 2: ``append(wait=False)`` is gone; every append returns once committed."""
+    for method in (kind.append, kind.aappend):
+        assert "wait" not in inspect.signature(method).parameters
 
 
 OURS = 3  # handrail's own schema versions

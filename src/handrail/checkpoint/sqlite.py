@@ -469,7 +469,9 @@ class _SqliteStore(BaseCheckpointSaver):
             self._shared.close()
 
     # The protocol ----------------------------------------------------------------------
-    def append(
+    # No ``wait`` keyword (issue 12, defect 2: the unwaited append is gone); the ignores
+    # go when ``BaseCheckpointSaver.append`` drops it too.
+    def append(  # type: ignore[override]
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
@@ -480,7 +482,6 @@ class _SqliteStore(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         released = self._forget_release(write)
@@ -491,7 +492,7 @@ class _SqliteStore(BaseCheckpointSaver):
             raise
         self._claimed_after(write)
 
-    async def aappend(
+    async def aappend(  # type: ignore[override]
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
@@ -502,7 +503,6 @@ class _SqliteStore(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         """Queue the append for the group commit and wait for it without a thread of its own.
 
