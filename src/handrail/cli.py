@@ -50,7 +50,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_DB = Path("handrail.db")
 """Where ``handrail demo`` keeps its threads without ``--db`` or ``--postgres`` (relative to the cwd)."""
 
-_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})
+_HANDRAIL_TABLES = frozenset({"handrail_schema_version", "handrail_threads", "handrail_events"})
+_OLDER_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})  # renamed when opened
 
 
 class UsageError(Exception):
@@ -298,7 +299,7 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
         raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
     except sqlite3.DatabaseError:
         raise StoreError(f"{str(path)!r} is not a handrail database (it is not an SQLite file)") from None
-    if tables and not tables >= _HANDRAIL_TABLES:
+    if tables and not (tables >= _HANDRAIL_TABLES or tables >= _OLDER_HANDRAIL_TABLES):
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise StoreError(f"{str(path)!r} is not a handrail database (it holds other tables: {shown})")
 

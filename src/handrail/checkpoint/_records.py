@@ -11,7 +11,7 @@ import functools
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +45,17 @@ STATUSES: frozenset[str] = frozenset({"idle", "running", "interrupted"})
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One step of a saver's schema: applied once, in version order, in one transaction."""
+    """One step of a saver's schema: applied once, in version order, in one transaction.
+
+    ``statements`` run first, then ``run`` (if given): a Python step called with the
+    migration's open connection (SQLite) or cursor, inside the same transaction, so it
+    is rolled back with the migration if anything fails.
+    """
 
     version: int
     description: str
     statements: tuple[str, ...]
+    run: Callable[[Any], None] | None = None
 
 
 def check_append(

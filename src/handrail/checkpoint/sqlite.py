@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-The file holds a versioned schema (table ``schema_version``; :meth:`SqliteSaver.setup`
-applies :meth:`SqliteSaver.schema_migrations` in order, idempotently, under SQLite's write
-lock so that many processes may open a new file at once). The tables:
+The file holds a versioned schema (table ``handrail_schema_version``;
+:meth:`SqliteSaver.setup` applies :meth:`SqliteSaver.schema_migrations` in order,
+idempotently, under SQLite's write lock so that many processes may open a new file at
+once). Every table and index is named ``handrail_*``, so the file may be an
+application's own: handrail adds its tables and touches nothing else, refuses objects
+under its names that it did not make, and renames the tables of a file written before
+the prefix (``_adopt_plain_names``). A damaged file raises
+:class:`~handrail.errors.SerializationError` naming it. The tables (without the prefix):
 
 ``events``         the logs: ``(thread_id, seq)`` is the primary key, ``payload`` the
                    serialised event (JSON, never pickle).
@@ -12,6 +17,7 @@ lock so that many processes may open a new file at once). The tables:
 ``pending``        one row per pending review, indexed for the inbox: by
                    ``(created_at, thread_id, interrupt_id)`` for keyset paging and by
                    ``kind``; ``pending_tools`` indexes the tool names of each review.
+``readings``       each thread's saved reading (its state at an event).
 ``runs``,          which runs are alive (SPEC rule 9), see below.
 ``run_owners``
 
@@ -138,7 +144,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         1,
         "event logs, thread rows, the pending-review inbox and run leases",
         (
-            """CREATE TABLE threads (
+            """CREATE TABLE handrail_threads (
                 thread_id     TEXT PRIMARY KEY,
                 head_seq      INTEGER NOT NULL,
                 status        TEXT NOT NULL,
@@ -148,9 +154,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                 metadata      BLOB NOT NULL,
                 pending_count INTEGER NOT NULL DEFAULT 0
             )""",
-            "CREATE INDEX threads_by_update ON threads (updated_at DESC, thread_id)",
-            "CREATE INDEX threads_by_status ON threads (status, updated_at DESC, thread_id)",
-            """CREATE TABLE events (
+            "CREATE INDEX handrail_threads_by_update ON handrail_threads (updated_at DESC, thread_id)",
+            "CREATE INDEX handrail_threads_by_status ON handrail_threads (status, updated_at DESC, "
+            "thread_id)",
+            """CREATE TABLE handrail_events (
                 thread_id  TEXT NOT NULL,
                 seq        INTEGER NOT NULL,
                 kind       TEXT NOT NULL,
@@ -158,7 +165,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                 payload    BLOB NOT NULL,
                 PRIMARY KEY (thread_id, seq)
             )""",
-            """CREATE TABLE pending (
+            """CREATE TABLE handrail_pending (
                 thread_id    TEXT NOT NULL,
                 interrupt_id TEXT NOT NULL,
                 position     INTEGER NOT NULL,
@@ -168,23 +175,24 @@ MIGRATIONS: tuple[Migration, ...] = (
                 payload      BLOB NOT NULL,
                 PRIMARY KEY (thread_id, interrupt_id)
             )""",
-            "CREATE INDEX pending_inbox ON pending (created_at, thread_id, interrupt_id)",
-            "CREATE INDEX pending_by_kind ON pending (kind, created_at, thread_id, interrupt_id)",
-            """CREATE TABLE pending_tools (
+            "CREATE INDEX handrail_pending_inbox ON handrail_pending (created_at, thread_id, interrupt_id)",
+            "CREATE INDEX handrail_pending_by_kind ON handrail_pending (kind, created_at, thread_id, "
+            "interrupt_id)",
+            """CREATE TABLE handrail_pending_tools (
                 tool         TEXT NOT NULL,
                 created_at   REAL NOT NULL,
                 thread_id    TEXT NOT NULL,
                 interrupt_id TEXT NOT NULL,
                 PRIMARY KEY (tool, created_at, thread_id, interrupt_id)
             ) WITHOUT ROWID""",
-            "CREATE INDEX pending_tools_by_thread ON pending_tools (thread_id)",
-            """CREATE TABLE run_owners (
+            "CREATE INDEX handrail_pending_tools_by_thread ON handrail_pending_tools (thread_id)",
+            """CREATE TABLE handrail_run_owners (
                 owner_id   TEXT PRIMARY KEY,
                 pid        INTEGER NOT NULL,
                 host       TEXT NOT NULL,
                 expires_at REAL NOT NULL
             )""",
-            """CREATE TABLE runs (
+            """CREATE TABLE handrail_runs (
                 thread_id  TEXT NOT NULL,
                 run_id     TEXT NOT NULL,
                 owner_id   TEXT NOT NULL,
@@ -197,7 +205,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         2,
         "events, pending reviews and runs in clustered tables (WITHOUT ROWID): a commit writes fewer pages",
         (
-            """CREATE TABLE events_v2 (
+            """CREATE TABLE handrail_events_v2 (
                 thread_id  TEXT NOT NULL,
                 seq        INTEGER NOT NULL,
                 kind       TEXT NOT NULL,
@@ -205,10 +213,11 @@ MIGRATIONS: tuple[Migration, ...] = (
                 payload    BLOB NOT NULL,
                 PRIMARY KEY (thread_id, seq)
             ) WITHOUT ROWID""",
-            "INSERT INTO events_v2 SELECT thread_id, seq, kind, created_at, payload FROM events",
-            "DROP TABLE events",
-            "ALTER TABLE events_v2 RENAME TO events",
-            """CREATE TABLE pending_v2 (
+            "INSERT INTO handrail_events_v2 SELECT thread_id, seq, kind, created_at, payload FROM "
+            "handrail_events",
+            "DROP TABLE handrail_events",
+            "ALTER TABLE handrail_events_v2 RENAME TO handrail_events",
+            """CREATE TABLE handrail_pending_v2 (
                 thread_id    TEXT NOT NULL,
                 interrupt_id TEXT NOT NULL,
                 position     INTEGER NOT NULL,
@@ -218,29 +227,31 @@ MIGRATIONS: tuple[Migration, ...] = (
                 payload      BLOB NOT NULL,
                 PRIMARY KEY (thread_id, interrupt_id)
             ) WITHOUT ROWID""",
-            "INSERT INTO pending_v2 SELECT thread_id, interrupt_id, position, kind, tools, created_at, "
-            "payload FROM pending",
-            "DROP TABLE pending",
-            "ALTER TABLE pending_v2 RENAME TO pending",
-            "CREATE INDEX pending_inbox ON pending (created_at, thread_id, interrupt_id)",
-            "CREATE INDEX pending_by_kind ON pending (kind, created_at, thread_id, interrupt_id)",
-            """CREATE TABLE runs_v2 (
+            "INSERT INTO handrail_pending_v2 SELECT thread_id, interrupt_id, position, kind, tools, "
+            "created_at, "
+            "payload FROM handrail_pending",
+            "DROP TABLE handrail_pending",
+            "ALTER TABLE handrail_pending_v2 RENAME TO handrail_pending",
+            "CREATE INDEX handrail_pending_inbox ON handrail_pending (created_at, thread_id, interrupt_id)",
+            "CREATE INDEX handrail_pending_by_kind ON handrail_pending (kind, created_at, thread_id, "
+            "interrupt_id)",
+            """CREATE TABLE handrail_runs_v2 (
                 thread_id  TEXT NOT NULL,
                 run_id     TEXT NOT NULL,
                 owner_id   TEXT NOT NULL,
                 claimed_at REAL NOT NULL,
                 PRIMARY KEY (thread_id, run_id)
             ) WITHOUT ROWID""",
-            "INSERT INTO runs_v2 SELECT thread_id, run_id, owner_id, claimed_at FROM runs",
-            "DROP TABLE runs",
-            "ALTER TABLE runs_v2 RENAME TO runs",
+            "INSERT INTO handrail_runs_v2 SELECT thread_id, run_id, owner_id, claimed_at FROM handrail_runs",
+            "DROP TABLE handrail_runs",
+            "ALTER TABLE handrail_runs_v2 RENAME TO handrail_runs",
         ),
     ),
     Migration(
         3,
         "each thread's saved reading (its state at an event), which a new process loads",
         (
-            """CREATE TABLE readings (
+            """CREATE TABLE handrail_readings (
                 thread_id  TEXT PRIMARY KEY,
                 seq        INTEGER NOT NULL,
                 created_at REAL NOT NULL,
@@ -249,6 +260,157 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
 )
+
+# The file: handrail's tables among others, older files, damage ---------------------------
+VERSIONS = "handrail_schema_version"
+"""The table of applied migrations (``version``, ``description``, ``applied_at``)."""
+
+PREFIX = "handrail_"
+"""Every table and index handrail makes starts with this: it adds nothing else to a file."""
+
+IMPLAUSIBLE_VERSION = 1000
+"""A stored schema version above this was never written by handrail: the file is damaged."""
+
+# Before its names were prefixed, handrail kept these tables under their plain names, and
+# its versions in ``schema_version``, whose first row (version 1) has this description.
+_LEGACY_TABLES = ("threads", "events", "pending", "pending_tools", "run_owners", "runs", "readings")
+_LEGACY_FIRST = MIGRATIONS[0].description
+_LAST_PLAIN = 3  # the last version handrail made under plain names
+_VERSION_COLUMNS = ["version", "description", "applied_at"]
+_RENAMED = "handrail's tables are named handrail_* now (in handrail_schema_version): use a newer handrail"
+
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+def _schema_at(conn: sqlite3.Connection) -> int | None:
+    """The version handrail's tables are at, or None if that takes a closer look (``_prepare``)."""
+    try:
+        row = conn.execute(f"SELECT MAX(version) FROM {VERSIONS}").fetchone()
+    except sqlite3.OperationalError:  # no such table (or not ours): ``_prepare`` tells
+        return None
+    return row[0] if row and isinstance(row[0], int) else None
+
+
+def _prepare(conn: sqlite3.Connection, path: str | None) -> int:
+    """Find handrail's schema in the file, in the open write transaction: its version.
+
+    A file without handrail's tables gets the version table (version 0). A file of a
+    handrail from before the prefix has its tables and indexes renamed (see
+    ``_adopt_plain_names``). Objects under handrail's names that handrail did not make
+    are refused, with nothing changed.
+    """
+    objects = {
+        str(name): str(kind)
+        for name, kind in conn.execute(
+            "SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+        )
+    }
+    if VERSIONS in objects:
+        if objects[VERSIONS] != "table" or _columns(conn, VERSIONS) != _VERSION_COLUMNS:
+            raise _clash(path, [VERSIONS])
+        return _stored_version(conn, path, VERSIONS)
+    if _holds_plain_names(conn, objects):
+        return _adopt_plain_names(conn, path, objects)
+    clashing = sorted(name for name in objects if name.startswith(PREFIX))
+    if clashing:
+        raise _clash(path, clashing)
+    conn.execute(
+        f"CREATE TABLE {VERSIONS} (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL "
+        "NOT NULL)"
+    )
+    return 0
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(row[1]) for row in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def _stored_version(conn: sqlite3.Connection, path: str | None, table: str) -> int:
+    """The highest applied version; one handrail never wrote means damage, not a newer handrail."""
+    (version,) = conn.execute(f"SELECT MAX(version) FROM {table}").fetchone()
+    if version is None:
+        return 0
+    if not isinstance(version, int) or not 0 < version <= IMPLAUSIBLE_VERSION:
+        raise _damaged_file(f"its schema version reads {version!r}", path)
+    return version
+
+
+def _holds_plain_names(conn: sqlite3.Connection, objects: dict[str, str]) -> bool:
+    """Whether the file holds handrail's tables as a handrail before the prefix made them."""
+    if any(objects.get(name) != "table" for name in ("schema_version", "threads", "events")):
+        return False
+    if _columns(conn, "schema_version") != _VERSION_COLUMNS:
+        return False
+    row = conn.execute("SELECT description FROM schema_version WHERE version = 1").fetchone()
+    return row is not None and row[0] == _LEGACY_FIRST
+
+
+def _adopt_plain_names(conn: sqlite3.Connection, path: str | None, objects: dict[str, str]) -> int:
+    """Rename an older handrail's tables and indexes to ``handrail_*``; returns their version.
+
+    The rows of ``schema_version`` move to ``handrail_schema_version``; ``schema_version``
+    keeps one row, a version above any that handrail knew, so that an older handrail
+    opening the file refuses it ("newer than this handrail knows") instead of making
+    empty tables beside the renamed ones. Nothing else of the file is touched.
+    """
+    version = _stored_version(conn, path, "schema_version")
+    tables = [name for name in _LEGACY_TABLES if objects.get(name) == "table"]
+    taken = sorted(PREFIX + name for name in tables if PREFIX + name in objects)
+    if taken:
+        raise _clash(path, taken)
+    for name in tables:
+        conn.execute(f'ALTER TABLE "{name}" RENAME TO "{PREFIX}{name}"')
+    marks = ", ".join("?" * len(tables))
+    indexes = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN "
+        f"({marks})",
+        [PREFIX + name for name in tables],
+    ).fetchall()
+    for name, sql in indexes:  # SQLite cannot rename an index: make it again under its new name
+        if str(name).startswith(PREFIX) or " ON " not in sql:
+            continue
+        conn.execute(f'DROP INDEX "{name}"')
+        conn.execute(f'CREATE INDEX "{PREFIX}{name}" ON {sql.split(" ON ", 1)[1]}')
+    conn.execute(
+        f"CREATE TABLE {VERSIONS} (version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL "
+        "NOT NULL)"
+    )
+    conn.execute(f"INSERT INTO {VERSIONS} SELECT version, description, applied_at FROM schema_version")
+    conn.execute("DELETE FROM schema_version")
+    conn.execute(
+        "INSERT INTO schema_version VALUES (?, ?, ?)", (max(version, _LAST_PLAIN) + 1, _RENAMED, time.time())
+    )
+    return version
+
+
+def _clash(path: str | None, names: Sequence[str]) -> ConfigurationError:
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    return ConfigurationError(
+        f"the SQLite file {path!r} holds tables or indexes under handrail's names that handrail did not "
+        f"make ({shown}); handrail keeps its data only in objects named handrail_*: rename or drop "
+        "these, or give handrail a file of its own"
+    )
+
+
+def _is_damage(exc: BaseException | None) -> bool:
+    """Whether an error from SQLite says the file is damaged (not locked, full, missing, ...)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    # a damaged header's schema format reads as one SQLite does not know: damage too
+    return code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "unsupported file format" in str(exc)
+
+
+def _damaged_file(reason: BaseException | str, path: str | None) -> SerializationError:
+    """The error for a damaged file: which file, that it is damaged, and what to do."""
+    name = path if path not in (None, ":memory:") else None
+    shown = repr(name) if name is not None else "(an open connection)"
+    target = name or "FILE"
+    return SerializationError(
+        f"the SQLite file {shown} is damaged ({reason}); handrail cannot use it. Restore it from a "
+        f"backup, or save what is still readable with: sqlite3 {target} .recover | sqlite3 recovered.db"
+    )
+
 
 _RECORD_COLUMNS = "thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count"
 _PENDING_COLUMNS = "p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload"
@@ -382,7 +544,16 @@ class _SqliteStore(BaseCheckpointSaver):
         return MIGRATIONS
 
     def _migrate(self) -> None:
+        try:
+            self._migrate_schema()
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+            raise _damaged_file(exc, self.path) from exc
+
+    def _migrate_schema(self) -> None:
         migrations = self.schema_migrations()
+        latest = migrations[-1].version
         with self._connection() as conn:
             if self.path != ":memory:":
                 # A new file gets small pages: an append touches a dozen b-trees, one page
@@ -391,16 +562,11 @@ class _SqliteStore(BaseCheckpointSaver):
                 mode = self._switch_to_wal(conn)
                 if mode is None or str(mode[0]).lower() not in ("wal", "memory"):
                     log.warning("SQLite could not switch %s to WAL mode (%s)", self.path, mode)
-            if self._current_version(conn) == migrations[-1].version:
+            if _schema_at(conn) == latest:
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_version ("
-                    "version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL NOT NULL)"
-                )
-                current = self._current_version(conn)
-                latest = migrations[-1].version
+                current = _prepare(conn, self.path)
                 if current > latest:
                     raise ConfigurationError(
                         f"the SQLite database {self.path!r} has schema version {current}, newer than "
@@ -411,8 +577,10 @@ class _SqliteStore(BaseCheckpointSaver):
                         continue
                     for statement in migration.statements:
                         conn.execute(statement)
+                    if migration.run is not None:
+                        migration.run(conn)
                     conn.execute(
-                        "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+                        f"INSERT INTO {VERSIONS} (version, description, applied_at) VALUES (?, ?, ?)",
                         (migration.version, migration.description, time.time()),
                     )
             except BaseException:
@@ -438,16 +606,6 @@ class _SqliteStore(BaseCheckpointSaver):
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
-    @staticmethod
-    def _current_version(conn: sqlite3.Connection) -> int:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-        ).fetchone()
-        if exists is None:
-            return 0
-        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
-
     def close(self) -> None:
         """Forget this process's runs, stop the lease heartbeat and close the connections."""
         if self._closed:
@@ -456,9 +614,9 @@ class _SqliteStore(BaseCheckpointSaver):
         if os.getpid() == self._pid:
             try:
                 with self._transaction(write=True) as conn:
-                    conn.execute("DELETE FROM runs WHERE owner_id = ?", (self._owner_id,))
-                    conn.execute("DELETE FROM run_owners WHERE owner_id = ?", (self._owner_id,))
-            except sqlite3.Error:
+                    conn.execute("DELETE FROM handrail_runs WHERE owner_id = ?", (self._owner_id,))
+                    conn.execute("DELETE FROM handrail_run_owners WHERE owner_id = ?", (self._owner_id,))
+            except (sqlite3.Error, SerializationError):  # a damaged file: closing still closes
                 log.warning("could not release the runs of %s on close", self.path, exc_info=True)
         with self._pool_lock:
             self._closed = True
@@ -652,7 +810,7 @@ class _SqliteStore(BaseCheckpointSaver):
                             write.renewed = self._apply(conn, write)
                         except Exception as exc:
                             conn.execute("ROLLBACK TO handrail_append")
-                            write.error = exc
+                            write.error = _damaged_file(exc, self.path) if _is_damage(exc) else exc
                         conn.execute("RELEASE handrail_append")
         except Exception as exc:  # the transaction failed: nothing of the batch was saved
             for write in batch:
@@ -671,7 +829,7 @@ class _SqliteStore(BaseCheckpointSaver):
         if row is None or not self._update_row(conn, write, row, True):
             row = conn.execute(
                 "SELECT head_seq, epoch, pending_count, status, created_at, updated_at, metadata "
-                "FROM threads WHERE thread_id = ?",
+                "FROM handrail_threads WHERE thread_id = ?",
                 (thread_id,),
             ).fetchone()
             head = row[0] if row is not None else 0
@@ -682,31 +840,35 @@ class _SqliteStore(BaseCheckpointSaver):
             self._update_row(conn, write, row, False)
         try:
             conn.executemany(
-                "INSERT INTO events (thread_id, seq, kind, created_at, payload) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO handrail_events (thread_id, seq, kind, created_at, payload) VALUES (?, ?, ?, "
+                "?, ?)",
                 write.event_rows,
             )
         except sqlite3.IntegrityError:
             raise conflict(thread_id, expected_seq, None) from None
         if row is not None and row[2]:
-            conn.execute("DELETE FROM pending WHERE thread_id = ?", (thread_id,))
-            conn.execute("DELETE FROM pending_tools WHERE thread_id = ?", (thread_id,))
+            conn.execute("DELETE FROM handrail_pending WHERE thread_id = ?", (thread_id,))
+            conn.execute("DELETE FROM handrail_pending_tools WHERE thread_id = ?", (thread_id,))
         if write.pending_rows:
             conn.executemany(
-                "INSERT INTO pending (thread_id, interrupt_id, position, kind, tools, created_at, "
+                "INSERT INTO handrail_pending (thread_id, interrupt_id, position, kind, tools, created_at, "
                 "payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 write.pending_rows,
             )
             conn.executemany(
-                "INSERT OR IGNORE INTO pending_tools (tool, created_at, thread_id, interrupt_id) "
+                "INSERT OR IGNORE INTO handrail_pending_tools (tool, created_at, thread_id, interrupt_id) "
                 "VALUES (?, ?, ?, ?)",
                 write.tool_rows,
             )
         renewed = self._claim(conn, thread_id, write.claim) if write.claim is not None else None
         if write.release is not None:
-            conn.execute("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, write.release))
+            conn.execute(
+                "DELETE FROM handrail_runs WHERE thread_id = ? AND run_id = ?", (thread_id, write.release)
+            )
         if write.reading is not None:
             conn.execute(
-                "INSERT OR REPLACE INTO readings (thread_id, seq, created_at, payload) VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO handrail_readings (thread_id, seq, created_at, payload) VALUES (?, "
+                "?, ?, ?)",
                 (thread_id, write.reading.seq, write.reading.created_at, write.reading.payload),
             )
         return renewed
@@ -733,7 +895,7 @@ class _SqliteStore(BaseCheckpointSaver):
         )
         if row is None:
             conn.execute(
-                "INSERT INTO threads (head_seq, status, epoch, created_at, updated_at, metadata, "
+                "INSERT INTO handrail_threads (head_seq, status, epoch, created_at, updated_at, metadata, "
                 "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
@@ -750,12 +912,12 @@ class _SqliteStore(BaseCheckpointSaver):
             # only the head moved (a step inside a run): leave the indexed columns alone,
             # or SQLite rewrites their index entries (two by-time indexes) all the same
             cursor = conn.execute(
-                "UPDATE threads SET head_seq = ?, pending_count = ? WHERE thread_id = ?" + where,
+                "UPDATE handrail_threads SET head_seq = ?, pending_count = ? WHERE thread_id = ?" + where,
                 (record.head_seq, len(record.pending), thread_id, *at),
             )
         else:
             cursor = conn.execute(
-                "UPDATE threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
+                "UPDATE handrail_threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
                 "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?" + where,
                 values + at,
             )
@@ -764,12 +926,12 @@ class _SqliteStore(BaseCheckpointSaver):
     def read(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
-        sql = "SELECT seq, kind, created_at, payload FROM events WHERE thread_id = ? AND seq > ?"
+        sql = "SELECT seq, kind, created_at, payload FROM handrail_events WHERE thread_id = ? AND seq > ?"
         reading = None
         with self._transaction(write=False) as conn:
             if from_reading and not after_seq and upto_seq is None:
                 row = conn.execute(
-                    "SELECT seq, created_at, payload FROM readings WHERE thread_id = ?", (thread_id,)
+                    "SELECT seq, created_at, payload FROM handrail_readings WHERE thread_id = ?", (thread_id,)
                 ).fetchone()
                 if row is not None:
                     reading = event_from_row(thread_id, row[0], "reading", row[1], row[2])
@@ -834,14 +996,14 @@ class _SqliteStore(BaseCheckpointSaver):
         if filter.tool is not None:
             o = "o"
             source = (
-                "pending_tools AS o JOIN pending AS p "
+                "handrail_pending_tools AS o JOIN handrail_pending AS p "
                 "ON p.thread_id = o.thread_id AND p.interrupt_id = o.interrupt_id"
             )
             where.append("o.tool = ?")
             params.append(filter.tool)
         else:
             o = "p"
-            source = "pending AS p"
+            source = "handrail_pending AS p"
         if filter.kind is not None:
             where.append("p.kind = ?")
             params.append(filter.kind)
@@ -859,7 +1021,7 @@ class _SqliteStore(BaseCheckpointSaver):
             params.append(dumps(dict(filter.metadata), where="the metadata filter"))
         sql = (
             f"SELECT {_PENDING_COLUMNS}, t.metadata FROM {source} "
-            "JOIN threads AS t ON t.thread_id = p.thread_id"
+            "JOIN handrail_threads AS t ON t.thread_id = p.thread_id"
             + ((" WHERE " + " AND ".join(where)) if where else "")
             + f" ORDER BY {o}.created_at, {o}.thread_id, {o}.interrupt_id LIMIT ?"
         )
@@ -869,8 +1031,16 @@ class _SqliteStore(BaseCheckpointSaver):
     def delete_thread(self, thread_id: str) -> bool:
         self._known.forget(thread_id)
         with self._transaction(write=True) as conn:
-            existed = conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,)).rowcount > 0
-            for table in ("events", "pending", "pending_tools", "runs", "readings"):
+            existed = (
+                conn.execute("DELETE FROM handrail_threads WHERE thread_id = ?", (thread_id,)).rowcount > 0
+            )
+            for table in (
+                "handrail_events",
+                "handrail_pending",
+                "handrail_pending_tools",
+                "handrail_runs",
+                "handrail_readings",
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
         return existed
 
@@ -883,17 +1053,18 @@ class _SqliteStore(BaseCheckpointSaver):
         kept = f" AND kind NOT IN ({', '.join('?' * len(kinds))})" if kinds else ""
         with self._transaction(write=True) as conn:
             replaced = conn.execute(
-                "UPDATE events SET kind = ?, created_at = ?, payload = ? WHERE thread_id = ? AND seq = ?",
+                "UPDATE handrail_events SET kind = ?, created_at = ?, payload = ? WHERE thread_id = ? AND "
+                "seq = ?",
                 (snapshot.kind, snapshot.created_at, snapshot.payload, thread_id, upto_seq),
             ).rowcount
             if replaced != 1:
                 raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
             dropped: int = conn.execute(
-                f"DELETE FROM events WHERE thread_id = ? AND seq < ?{kept}",
+                f"DELETE FROM handrail_events WHERE thread_id = ? AND seq < ?{kept}",
                 (thread_id, upto_seq, *kinds),
             ).rowcount
             # a saved reading holds the history before the snapshot: the next run saves another
-            conn.execute("DELETE FROM readings WHERE thread_id = ?", (thread_id,))
+            conn.execute("DELETE FROM handrail_readings WHERE thread_id = ?", (thread_id,))
         return dropped
 
     # Run liveness (rule 9) ---------------------------------------------------------------
@@ -916,7 +1087,8 @@ class _SqliteStore(BaseCheckpointSaver):
             # while runs are claimed), and a chance to forget the owners of dead processes
             self._renew_owner(conn, now)
             conn.execute(
-                "DELETE FROM run_owners WHERE expires_at < ? AND owner_id NOT IN (SELECT owner_id FROM runs)",
+                "DELETE FROM handrail_run_owners WHERE expires_at < ? AND owner_id NOT IN (SELECT owner_id "
+                "FROM handrail_runs)",
                 (now,),
             )
             renewed = (owner_id, now)
@@ -925,9 +1097,9 @@ class _SqliteStore(BaseCheckpointSaver):
             (thread_id, run) for run, *owner in rows if run != run_id and not self._owner_alive(now, *owner)
         ]
         if dead:
-            conn.executemany("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", dead)
+            conn.executemany("DELETE FROM handrail_runs WHERE thread_id = ? AND run_id = ?", dead)
         conn.execute(
-            "INSERT INTO runs (thread_id, run_id, owner_id, claimed_at) VALUES (?, ?, ?, ?) "
+            "INSERT INTO handrail_runs (thread_id, run_id, owner_id, claimed_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_id = excluded.owner_id, "
             "claimed_at = excluded.claimed_at",
             (thread_id, run_id, owner_id, now),
@@ -950,7 +1122,7 @@ class _SqliteStore(BaseCheckpointSaver):
         with self._runs_lock:
             self._claimed.discard((thread_id, run_id))
         with self._transaction(write=True) as conn:
-            conn.execute("DELETE FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
+            conn.execute("DELETE FROM handrail_runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id))
 
     def runs_alive(self, thread_id: str) -> set[str]:
         now = time.time()
@@ -966,7 +1138,7 @@ class _SqliteStore(BaseCheckpointSaver):
 
     def _renew_owner(self, conn: sqlite3.Connection, now: float) -> None:
         conn.execute(
-            "INSERT INTO run_owners (owner_id, pid, host, expires_at) VALUES (?, ?, ?, ?) "
+            "INSERT INTO handrail_run_owners (owner_id, pid, host, expires_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (owner_id) DO UPDATE SET expires_at = excluded.expires_at",
             (self._owner_id, os.getpid(), host_identity(), now + self.lease_seconds),
         )
@@ -989,14 +1161,14 @@ class _SqliteStore(BaseCheckpointSaver):
 
     # Reading rows --------------------------------------------------------------------------
     def _records(self, conn: sqlite3.Connection, clause: str, params: Sequence[Any]) -> list[ThreadRecord]:
-        rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM threads {clause}", params).fetchall()
+        rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM handrail_threads {clause}", params).fetchall()
         with_pending = [row[0] for row in rows if row[7]]
         pending: dict[str, list[PendingReview]] = {}
         for start in range(0, len(with_pending), 500):
             chunk = with_pending[start : start + 500]
             marks = ", ".join("?" * len(chunk))
             for row in conn.execute(
-                f"SELECT {_PENDING_COLUMNS} FROM pending AS p WHERE p.thread_id IN ({marks}) "
+                f"SELECT {_PENDING_COLUMNS} FROM handrail_pending AS p WHERE p.thread_id IN ({marks}) "
                 "ORDER BY p.thread_id, p.position",
                 chunk,
             ):
@@ -1117,8 +1289,10 @@ class _Transaction:
                 conn.execute(f"PRAGMA synchronous = {level}")
                 conn.synchronous = level
             conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN")
-        except BaseException:
+        except BaseException as exc:
             store._release(conn)
+            if _is_damage(exc):
+                raise _damaged_file(exc, store.path) from exc
             raise
         return conn
 
@@ -1128,14 +1302,25 @@ class _Transaction:
         conn = self.conn
         try:
             if kind is None:
-                conn.execute("COMMIT")
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.DatabaseError as exc:
+                    if _is_damage(exc):
+                        raise _damaged_file(exc, self.store.path) from exc
+                    raise
                 return
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.DatabaseError:
+                    if not _is_damage(error):  # a damaged file may refuse this too: say why
+                        raise
             if issubclass(kind, sqlite3.OperationalError):
                 failure: SerializationError | None = self.store._failure.error
                 if failure is not None:  # sqlite3 only says "user-defined function raised exception"
                     raise failure from None
+            if error is not None and _is_damage(error):
+                raise _damaged_file(error, self.store.path) from error
         finally:
             self.store._release(conn)
 
@@ -1146,8 +1331,8 @@ def _record(row: Sequence[Any], pending: Sequence[PendingReview]) -> ThreadRecor
 
 
 _RUNS_SQL = (
-    "SELECT r.run_id, o.pid, o.host, o.expires_at FROM runs AS r "
-    "LEFT JOIN run_owners AS o ON o.owner_id = r.owner_id WHERE r.thread_id = ?"
+    "SELECT r.run_id, o.pid, o.host, o.expires_at FROM handrail_runs AS r "
+    "LEFT JOIN handrail_run_owners AS o ON o.owner_id = r.owner_id WHERE r.thread_id = ?"
 )
 
 
@@ -1217,10 +1402,12 @@ class SqliteSaver(_SqliteStore):
     def setup(self) -> None:
         """Create or migrate the schema; idempotent and safe from many processes at once.
 
-        The saver does this when it opens. Migrations newer than the stored
-        ``schema_version`` run in order, all in one transaction under the write lock. A
-        database written by a newer handrail (a version this one does not know) raises
-        ConfigurationError.
+        The saver does this when it opens. Migrations newer than the version stored in
+        ``handrail_schema_version`` run in order (a migration's Python step, if any, after
+        its statements), all in one transaction under the write lock. A database written
+        by a newer handrail (a version this one does not know) raises ConfigurationError;
+        a damaged file, or tables under handrail's names that handrail did not make, raise
+        the errors described in the module's documentation.
         """
         self._migrate()
 
