@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -90,7 +90,11 @@ class _Connections(BaseCheckpointSaver):
     def _register_functions(self, conn: sqlite3.Connection) -> None:
         failure = self._failure
 
-        def matches(thread_id: str, stored: Any, wanted: bytes) -> int:
+        def matches(thread_id: Any, stored: Any, wanted: bytes) -> int:
+            # the id comes as bytes: sqlite3 would refuse text that is not UTF-8 (damage)
+            # before this function could name the thread
+            if isinstance(thread_id, bytes):
+                thread_id = _text_or_bytes(thread_id)
             try:
                 return int(metadata_filter_matches(thread_id, stored, wanted))
             except SerializationError as exc:
@@ -272,3 +276,30 @@ class _Transaction:
                 raise schema.damaged_file(error, self.store.path) from error
         finally:
             self.store._release(conn)
+
+
+def fetch_all(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """``conn.execute(sql, params).fetchall()``, also when a text column is not UTF-8.
+
+    SQLite returns such a value (damage) as is, and ``sqlite3`` refuses the whole row
+    with an ``OperationalError``. Then the query runs again in the same transaction,
+    reading the value as its bytes, so that the checks of the row name the thread and
+    the record (SPEC rule 10). The first attempt costs nothing more than before.
+    """
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "Could not decode to UTF-8" not in str(exc):
+            raise
+    conn.text_factory = _text_or_bytes
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.text_factory = str
+
+
+def _text_or_bytes(raw: bytes) -> str | bytes:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw

@@ -15,7 +15,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from handrail.checkpoint._records import decode_metadata, event_from_row, pending_from_row, record_from_row
+from handrail.checkpoint._records import (
+    check_thread_id,
+    damaged,
+    decode_metadata,
+    event_from_row,
+    pending_from_row,
+    record_from_row,
+)
 from handrail.checkpoint.base import (
     PendingFilter,
     PendingItem,
@@ -25,9 +32,8 @@ from handrail.checkpoint.base import (
     ThreadRecord,
 )
 from handrail.checkpoint.serde import dumps
-from handrail.checkpoint.sqlite._connections import _Connections
+from handrail.checkpoint.sqlite._connections import _Connections, fetch_all
 
-_RECORD_COLUMNS = "thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count"
 _RECORD_COLUMNS = "thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count"
 _PENDING_COLUMNS = "p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload"
 
@@ -42,20 +48,27 @@ class _Reads(_Connections):
         reading = None
         with self._transaction(write=False) as conn:
             if from_reading and not after_seq and upto_seq is None:
-                row = conn.execute(
-                    "SELECT seq, created_at, payload FROM handrail_readings WHERE thread_id = ?", (thread_id,)
-                ).fetchone()
-                if row is not None:
-                    reading = event_from_row(thread_id, row[0], "reading", row[1], row[2])
+                found = fetch_all(
+                    conn,
+                    "SELECT seq, created_at, payload FROM handrail_readings WHERE thread_id = ?",
+                    (thread_id,),
+                )
+                if found:
+                    reading = event_from_row(thread_id, found[0][0], "reading", found[0][1], found[0][2])
                     after_seq = reading.seq
             params: list[Any] = [thread_id, after_seq]
             if upto_seq is not None:
                 sql += " AND seq <= ?"
                 params.append(upto_seq)
             records = self._records(conn, "WHERE thread_id = ?", [thread_id])
-            rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
+            rows = fetch_all(conn, sql + " ORDER BY seq", params)
         events = [event_from_row(thread_id, *row) for row in rows]
-        return ThreadRead(record=records[0] if records else None, events=events, reading=reading)
+        record = records[0] if records else None
+        if record is None and (events or reading is not None):  # an append writes both, a delete neither
+            raise damaged(thread_id, "thread record", "it is missing, yet the thread has records")
+        if reading is not None and record is not None and reading.seq > record.head_seq:
+            raise damaged(thread_id, "saved reading", f"it is of event {reading.seq}, past the head")
+        return ThreadRead(record=record, events=events, reading=reading)
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         with self._transaction(write=False) as conn:
@@ -75,7 +88,7 @@ class _Reads(_Connections):
             where.append("updated_at < ?")
             params.append(filter.updated_before)
         if filter.metadata:
-            where.append("handrail_metadata_matches(thread_id, metadata, ?)")
+            where.append("handrail_metadata_matches(CAST(thread_id AS BLOB), metadata, ?)")
             params.append(dumps(dict(filter.metadata), where="the metadata filter"))
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         clause += " ORDER BY updated_at DESC, thread_id LIMIT ? OFFSET ?"
@@ -86,12 +99,13 @@ class _Reads(_Connections):
     def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
         sql, params = self._pending_query(filter, time.time())
         with self._transaction(write=False) as conn:
-            rows = conn.execute(sql, params).fetchall()
+            rows = fetch_all(conn, sql, params)
         metadata_of: dict[str, Any] = {}
         items = []
         for *pending, metadata in rows:
             thread_id = pending[0]
             if thread_id not in metadata_of:
+                check_thread_id(thread_id)
                 metadata_of[thread_id] = decode_metadata(metadata, thread_id)
             items.append(
                 PendingItem(
@@ -129,7 +143,7 @@ class _Reads(_Connections):
             where.append(f"({o}.created_at, {o}.thread_id, {o}.interrupt_id) > (?, ?, ?)")
             params += list(filter.after)
         if filter.metadata:
-            where.append("handrail_metadata_matches(t.thread_id, t.metadata, ?)")
+            where.append("handrail_metadata_matches(CAST(t.thread_id AS BLOB), t.metadata, ?)")
             params.append(dumps(dict(filter.metadata), where="the metadata filter"))
         sql = (
             f"SELECT {_PENDING_COLUMNS}, t.metadata FROM {source} "
@@ -141,13 +155,14 @@ class _Reads(_Connections):
         return sql, params
 
     def _records(self, conn: sqlite3.Connection, clause: str, params: Sequence[Any]) -> list[ThreadRecord]:
-        rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM handrail_threads {clause}", params).fetchall()
+        rows = fetch_all(conn, f"SELECT {_RECORD_COLUMNS} FROM handrail_threads {clause}", params)
         with_pending = [row[0] for row in rows if row[7]]
         pending: dict[str, list[PendingReview]] = {}
         for start in range(0, len(with_pending), 500):
             chunk = with_pending[start : start + 500]
             marks = ", ".join("?" * len(chunk))
-            for row in conn.execute(
+            for row in fetch_all(
+                conn,
                 f"SELECT {_PENDING_COLUMNS} FROM handrail_pending AS p WHERE p.thread_id IN ({marks}) "
                 "ORDER BY p.thread_id, p.position",
                 chunk,
@@ -157,5 +172,10 @@ class _Reads(_Connections):
 
 
 def _record(row: Sequence[Any], pending: Sequence[PendingReview]) -> ThreadRecord:
-    thread_id, head_seq, status, epoch, created_at, updated_at, metadata = row[:7]
-    return record_from_row(thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending)
+    thread_id, head_seq, status, epoch, created_at, updated_at, metadata, count = row
+    record = record_from_row(thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending)
+    if count != len(pending) or type(count) is not int:  # the row counts its reviews: one went missing
+        raise damaged(
+            thread_id, "thread record", f"it counts {count!r} pending reviews, {len(pending)} found"
+        )
+    return record

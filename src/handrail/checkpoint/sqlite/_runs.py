@@ -23,8 +23,8 @@ import time
 import uuid
 from typing import Any
 
-from handrail.checkpoint._records import host_identity, pid_exists
-from handrail.checkpoint.sqlite._connections import _Connections, log
+from handrail.checkpoint._records import MAX_NAME, MAX_TIME, damaged, host_identity, pid_exists
+from handrail.checkpoint.sqlite._connections import _Connections, fetch_all, log
 from handrail.errors import SerializationError
 
 _RUNS_SQL = (
@@ -68,7 +68,7 @@ class _Runs(_Connections):
                 (now,),
             )
             renewed = (owner_id, now)
-        rows = conn.execute(_RUNS_SQL, (thread_id,)).fetchall()
+        rows = _runs_of(conn, thread_id)
         dead = [
             (thread_id, run) for run, *owner in rows if run != run_id and not self._owner_alive(now, *owner)
         ]
@@ -103,7 +103,7 @@ class _Runs(_Connections):
     def runs_alive(self, thread_id: str) -> set[str]:
         now = time.time()
         with self._transaction(write=False) as conn:
-            rows = conn.execute(_RUNS_SQL, (thread_id,)).fetchall()
+            rows = _runs_of(conn, thread_id)
         return {run for run, *owner in rows if self._owner_alive(now, *owner)}
 
     @staticmethod
@@ -152,3 +152,26 @@ class _Runs(_Connections):
         self._owner_id = uuid.uuid4().hex
         self._claimed = set()
         self._heartbeat = None
+
+
+def _runs_of(conn: sqlite3.Connection, thread_id: str) -> list[tuple[Any, ...]]:
+    """The thread's runs with their owners (``run_id, pid, host, expires_at``), each checked.
+
+    A run without an owner row (``LEFT JOIN``: its owner was forgotten) has ``None``s;
+    anything else out of range is damage (SPEC rule 10), named by thread and run.
+    """
+    rows = fetch_all(conn, _RUNS_SQL, (thread_id,))
+    for run, pid, host, expires_at in rows:
+        if not isinstance(run, str) or not 0 < len(run) <= MAX_NAME:
+            raise damaged(thread_id, "a run", f"its id is {run!r:.100}")
+        if pid is None and host is None and expires_at is None:
+            continue
+        if (
+            type(pid) is not int
+            or not 0 < pid < 2**31
+            or not isinstance(host, str)
+            or type(expires_at) not in (int, float)
+            or not 0 <= expires_at < MAX_TIME
+        ):
+            raise damaged(thread_id, f"run {run!r}", "its owner's row (pid, host, lease) is out of range")
+    return rows

@@ -26,11 +26,13 @@ from handrail.checkpoint._records import (
     check_append,
     check_reading,
     conflict,
+    damaged,
     encode_metadata,
     encode_tools,
     epoch_conflict,
 )
 from handrail.checkpoint.base import PendingReview, StoredEvent, ThreadRecord
+from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._runs import _Runs
 from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
 
@@ -243,11 +245,15 @@ class _Writes(_Runs):
         thread_id, expected_seq, record = write.thread_id, write.expected_seq, write.record
         row = self._known.row(thread_id, expected_seq, record.epoch) if expected_seq else None
         if row is None or not self._update_row(conn, write, row, True):
-            row = conn.execute(
+            found = fetch_all(
+                conn,
                 "SELECT head_seq, epoch, pending_count, status, created_at, updated_at, metadata "
                 "FROM handrail_threads WHERE thread_id = ?",
                 (thread_id,),
-            ).fetchone()
+            )
+            row = found[0] if found else None
+            if row is not None and (type(row[0]) is not int or not isinstance(row[1], str)):
+                raise damaged(thread_id, "thread record", f"head {row[0]!r:.100} or epoch {row[1]!r:.100}")
             head = row[0] if row is not None else 0
             if head != expected_seq:
                 raise conflict(thread_id, expected_seq, head)
