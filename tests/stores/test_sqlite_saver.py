@@ -622,3 +622,83 @@ def test_what_the_saver_remembers_of_each_thread_is_small(tmp_path: Path) -> Non
         finally:
             tracemalloc.stop()
         assert per_thread < 1024, per_thread
+
+
+def test_a_row_created_again_with_the_same_head_and_epoch_is_read_not_remembered(tmp_path: Path) -> None:
+    """The remembered row is used only while the stored row is exactly it, every column."""
+    path = tmp_path / "t.db"
+    review = PendingReview("i1", "interrupt", ("write_file",), 5.0, b"{}")
+    again = ThreadRecord("t", 1, "interrupted", "e", 3.0, 4.0, {"team": "x"}, (review,))
+    outcomes = []
+    for remembered in (True, False):
+        with SqliteSaver(path) as mine, SqliteSaver(path) as other:
+            mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+            if not remembered:
+                mine._known.forget("t")
+            other.delete_thread("t")
+            other.append("t", events(1, 1), expected_seq=0, record=again)  # same head, same epoch
+            mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+            outcomes.append((mine.read("t"), mine.list_pending(PendingFilter())))
+            mine.delete_thread("t")
+    assert outcomes[0] == outcomes[1]  # as if nothing had been remembered
+    read, inbox = outcomes[0]
+    assert read.record == record("t", 2) and inbox == []  # the other writer's review went with its row
+
+
+def test_savers_racing_on_one_thread_keep_one_log(tmp_path: Path) -> None:
+    """Rule 8 under a real race: two savers (each remembering its last rows), four Python threads."""
+    path = tmp_path / "race.db"
+    savers = [SqliteSaver(path), SqliteSaver(path)]
+    attempts, workers = 60, 4
+    barrier = threading.Barrier(workers)
+    won: list[int] = []
+    errors: list[BaseException] = []
+
+    def thread_record(head: int) -> ThreadRecord:
+        # a review on every odd head: the appends also replace the thread's pending rows
+        pending = (PendingReview(f"i{head}", "interrupt", ("write_file",), float(head), b"{}"),)
+        return ThreadRecord(
+            "t",
+            head,
+            "interrupted" if head % 2 else "idle",
+            "e",
+            1.0,
+            float(head),
+            {},
+            (pending if head % 2 else ()),
+        )
+
+    def work(n: int) -> None:
+        saver = savers[n % 2]
+        head = 0
+        barrier.wait()
+        try:
+            for _ in range(attempts):
+                try:
+                    saver.append("t", events(head + 1, 1), expected_seq=head, record=thread_record(head + 1))
+                except ConflictError:
+                    found = saver.get_thread("t")
+                    head = found.head_seq if found is not None else 0
+                    continue
+                head += 1
+                won.append(head)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert errors == []
+        read = savers[0].read("t")
+        assert read.record is not None
+        head = read.record.head_seq
+        assert sorted(won) == list(range(1, head + 1))  # every head won exactly once
+        assert [e.seq for e in read.events] == list(range(1, head + 1))
+        assert read.record == thread_record(head)
+        assert [item.review for item in savers[1].list_pending(PendingFilter())] == list(read.record.pending)
+    finally:
+        for saver in savers:
+            saver.close()

@@ -58,7 +58,9 @@ class _Connections(BaseCheckpointSaver):
         self._closed = False
         self._shared: sqlite3.Connection | None = None
         self._shared_lock = threading.RLock()
-        self._failure = threading.local()  # why a SQL function of ours failed, per thread
+        # why a SQL function of ours failed: per Python thread, cleared as each
+        # transaction begins, read only by that transaction's own error handling
+        self._failure = threading.local()
         self._stop = threading.Event()  # set on closing: background work ends
         if isinstance(conn, sqlite3.Connection):
             conn.isolation_level = None
@@ -216,7 +218,12 @@ class _Connections(BaseCheckpointSaver):
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that remembers its ``PRAGMA synchronous`` level."""
+    """A connection that remembers its ``PRAGMA synchronous`` level.
+
+    Safe because it is set only after the PRAGMA ran, and a connection serves one caller
+    at a time (taken from the pool, or the shared one under its lock). Raced by
+    test_a_relaxed_append_commits_without_waiting_for_the_disk and the shared-saver tests.
+    """
 
     synchronous = ""
 

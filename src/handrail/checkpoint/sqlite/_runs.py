@@ -39,7 +39,19 @@ class _Runs(_Connections):
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
         self._owner_id = uuid.uuid4().hex
-        self._renewed: tuple[str, float] = ("", 0.0)  # this saver's lease, last written: owner, time
+        # This saver's lease as last written (owner, time), so that a claim rewrites its
+        # owner row only once a heartbeat period. Safe because it is set only after the
+        # transaction that wrote the row has committed, a claim rewrites the row once it
+        # is older than a third of the lease, and the heartbeat renews it every third
+        # while runs are claimed: the row a claim relies on never lapses. Raced by
+        # test_claims_write_the_lease_once_a_heartbeat_period and
+        # test_a_claim_made_by_an_append_keeps_its_lease.
+        self._renewed: tuple[str, float] = ("", 0.0)
+        # The runs this process has claimed: the heartbeat renews the lease while there
+        # are any. Only a hint for the heartbeat (the runs table is the truth): an append
+        # that releases a run takes it out before committing and puts it back if the
+        # append fails (``_forget_release``), so a run still claimed is never left
+        # unrenewed. Raced by test_the_heartbeat_renews_the_lease.
         self._claimed: set[tuple[str, str]] = set()
         self._runs_lock = threading.Lock()
         self._heartbeat: threading.Thread | None = None

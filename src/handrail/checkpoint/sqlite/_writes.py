@@ -43,9 +43,14 @@ class _Writes(_Runs):
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
         self._group_lock = threading.Lock()
-        self._group: list[_Write] = []  # appends waiting for the leader's transaction
+        # Appends waiting for the leader's transaction, and whether one leads. Both change
+        # only under ``_group_lock``; an append's caller wakes only once its outcome
+        # (``done``, ``error``) is set, and a leader that fails fails every append it
+        # holds. Raced by test_appends_made_at_once_share_one_commit_and_fail_alone and
+        # test_concurrent_async_appends_share_commits_and_fail_alone.
+        self._group: list[_Write] = []
         self._leading = False
-        self._known = _Known()
+        self._known = _Known()  # each thread's row as this saver left it: see _Known
 
     # No ``wait`` keyword (issue 12, defect 2: the unwaited append is gone); the ignores
     # go when ``BaseCheckpointSaver.append`` drops it too.
@@ -322,9 +327,9 @@ class _Writes(_Runs):
                 values,
             )
             return True
-        where, at = (
-            (" AND head_seq = ? AND epoch = ?", (write.expected_seq, record.epoch)) if known else ("", ())
-        )
+        # a remembered row is used only while the stored one is still exactly it: the
+        # UPDATE matches nothing otherwise (rowcount 0), and the append reads the row
+        where, at = (_STILL_AS_LEFT, row) if known else ("", ())
         if row[1] == record.epoch and row[3:] == (
             record.status,
             record.created_at,
@@ -432,13 +437,27 @@ def _settle(writes: list[_Write]) -> None:
             future.set_result(None)
 
 
+_STILL_AS_LEFT = (
+    " AND head_seq = ? AND epoch = ? AND pending_count = ? AND status = ? AND created_at = ? "
+    "AND updated_at = ? AND metadata = ?"
+)  # every column of a remembered row (``_Known``), in its order
+
+
 class _Known:
     """Each thread's row as this saver's own last committed append left it.
 
-    An append at that head and epoch takes the row from here instead of reading it:
-    its ``UPDATE`` carries the head and epoch in its ``WHERE`` clause, so a row that
-    another writer moved meanwhile is not changed, and the append reads the row and
-    fails as it would have (one statement less for every append of a run).
+    An append at that head and epoch takes the row from here instead of reading it
+    (one statement less for every append of a run).
+
+    What keeps it safe: the append's ``UPDATE`` carries every remembered column in its
+    ``WHERE`` clause (``_STILL_AS_LEFT``), inside the append's write transaction. A row
+    another writer changed meanwhile - moved on, deleted, deleted and created again,
+    even with the same head and epoch - is not touched (rowcount 0); the append then
+    reads the row and goes on, or fails, exactly as it would have without it. A failed
+    append forgets the thread; nothing is remembered before its commit. Raced by
+    ``test_a_row_another_writer_changed_since_is_read_and_the_append_refused`` (each
+    change, one at a time) and ``test_savers_racing_on_one_thread_keep_one_log`` (two
+    savers and four Python threads on one thread).
     """
 
     __slots__ = ("rows",)
