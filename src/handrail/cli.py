@@ -295,9 +295,13 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
             }
         finally:
             conn.close()
-    except sqlite3.OperationalError as exc:
-        raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
-    except sqlite3.DatabaseError:
+    except sqlite3.DatabaseError as exc:
+        from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
+
+        if is_damage(exc) and "not a database" not in str(exc):  # an SQLite file, damaged
+            raise StoreError(str(damaged_file(exc, str(path)))) from None
+        if isinstance(exc, sqlite3.OperationalError):
+            raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
         raise StoreError(f"{str(path)!r} is not a handrail database (it is not an SQLite file)") from None
     if tables and not (tables >= _HANDRAIL_TABLES or tables >= _OLDER_HANDRAIL_TABLES):
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")

@@ -367,3 +367,22 @@ def test_a_failing_python_step_rolls_back_its_migration(tmp_path: Path) -> None:
     calls.clear()
     _WithPython(path).close()  # fixed, it runs
     assert calls == ["ran"]
+
+
+def test_the_cli_opens_a_file_of_an_older_handrail_and_names_a_damaged_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from handrail.cli import main
+
+    old = tmp_path / "old.db"
+    legacy_file(old, 3)
+    assert main(["demo", "--yes", "--db", str(old), "--list"]) == 0
+    assert "handrail_threads" in names(old, "table") and "threads" not in names(old, "table")
+    capsys.readouterr()
+
+    damaged = tmp_path / "damaged.db"
+    a_file_with_threads(damaged)
+    damage(damaged, 8 * 1024, b"\xa5" * 16 * 1024)
+    assert main(["demo", "--yes", "--db", str(damaged), "--list"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "damaged" in err and ".recover" in err and "Traceback" not in err, err

@@ -177,8 +177,8 @@ IMPLAUSIBLE_VERSION = 1000
 # its versions in ``schema_version``, whose first row (version 1) has this description.
 _LEGACY_TABLES = ("threads", "events", "pending", "pending_tools", "run_owners", "runs", "readings")
 _LEGACY_TABLES = ("threads", "events", "pending", "pending_tools", "run_owners", "runs", "readings")
-_LEGACY_FIRST = MIGRATIONS[0].description
-_LEGACY_FIRST = MIGRATIONS[0].description
+_LEGACY_FIRST = "event logs, thread rows, the pending-review inbox and run leases"  # as written then
+_LEGACY_FIRST = "event logs, thread rows, the pending-review inbox and run leases"  # as written then
 _LAST_PLAIN = 3  # the last version handrail made under plain names
 _LAST_PLAIN = 3  # the last version handrail made under plain names
 _VERSION_COLUMNS = ["version", "description", "applied_at"]
