@@ -38,7 +38,7 @@ __all__ = [
 
 
 PAGE_SIZE = 1024
-
+"""The page size of a new database file (SQLite's default is 4096)."""
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -165,23 +165,19 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 # The file: handrail's tables among others, older files, damage ---------------------------
 VERSIONS = "handrail_schema_version"
-
+"""The table of applied migrations (``version``, ``description``, ``applied_at``)."""
 
 PREFIX = "handrail_"
-
+"""Every table and index handrail makes starts with this: it adds nothing else to a file."""
 
 IMPLAUSIBLE_VERSION = 1000
-
+"""A stored schema version above this was never written by handrail: the file is damaged."""
 
 # Before its names were prefixed, handrail kept these tables under their plain names, and
 # its versions in ``schema_version``, whose first row (version 1) has this description.
 _LEGACY_TABLES = ("threads", "events", "pending", "pending_tools", "run_owners", "runs", "readings")
-_LEGACY_TABLES = ("threads", "events", "pending", "pending_tools", "run_owners", "runs", "readings")
-_LEGACY_FIRST = "event logs, thread rows, the pending-review inbox and run leases"  # as written then
 _LEGACY_FIRST = "event logs, thread rows, the pending-review inbox and run leases"  # as written then
 _LAST_PLAIN = 3  # the last version handrail made under plain names
-_LAST_PLAIN = 3  # the last version handrail made under plain names
-_VERSION_COLUMNS = ["version", "description", "applied_at"]
 _VERSION_COLUMNS = ["version", "description", "applied_at"]
 _RENAMED = "handrail's tables are named handrail_* now (in handrail_schema_version): use a newer handrail"
 

@@ -218,6 +218,7 @@ class _Writes(_Runs):
                 if self._group[0].turn is not None and not until_empty:
                     self._group[0].turn.set()  # the next waiting caller leads
                     return
+                # appends of async callers are next: nobody else would commit them
 
     def _commit_batch(self, batch: list[_Write]) -> None:
         """One transaction for ``batch``; each append's error is left on it (``write.error``)."""
