@@ -53,7 +53,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_DB = Path("handrail.db")
 """Where ``handrail demo`` keeps its threads without ``--db`` or ``--postgres`` (relative to the cwd)."""
 
-_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})
+_HANDRAIL_TABLES = frozenset({"handrail_schema_version", "handrail_threads", "handrail_events"})
+_OLDER_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})  # renamed when opened
 
 
 class UsageError(Exception):
@@ -304,11 +305,15 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
             }
         finally:
             conn.close()
-    except sqlite3.OperationalError as exc:
-        raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
-    except sqlite3.DatabaseError:
+    except sqlite3.DatabaseError as exc:
+        from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
+
+        if is_damage(exc) and "not a database" not in str(exc):  # an SQLite file, damaged
+            raise StoreError(str(damaged_file(exc, str(path)))) from None
+        if isinstance(exc, sqlite3.OperationalError):
+            raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
         raise StoreError(f"{str(path)!r} is not a handrail database (it is not an SQLite file)") from None
-    if tables and not tables >= _HANDRAIL_TABLES:
+    if tables and not (tables >= _HANDRAIL_TABLES or tables >= _OLDER_HANDRAIL_TABLES):
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise StoreError(f"{str(path)!r} is not a handrail database (it holds other tables: {shown})")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sqlite3
 import subprocess
@@ -35,10 +36,13 @@ def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
+        assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [(1,), (2,), (3,)]
         assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file: small pages
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"events", "threads", "pending", "pending_tools", "runs", "run_owners", "readings"} <= tables
+    assert {
+        f"handrail_{name}"
+        for name in ("events", "threads", "pending", "pending_tools", "runs", "run_owners", "readings")
+    } <= tables
     with SqliteSaver.from_conn_string(path) as again:  # reopening keeps everything
         assert [e.seq for e in again.read("t").events] == [1, 2]
 
@@ -63,8 +67,15 @@ def test_memory_and_connection_forms(tmp_path: Path) -> None:
     saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
     assert saver.get_thread("t") == record("t", 1)
     saver.close()
-    assert conn.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)  # the caller's, still open
+    assert conn.execute("SELECT COUNT(*) FROM handrail_events").fetchone() == (1,)  # the caller's, still open
     conn.close()
+
+
+@pytest.mark.parametrize("kind", [SqliteSaver, AsyncSqliteSaver])
+def test_append_has_no_unwaited_form(kind: type[SqliteSaver] | type[AsyncSqliteSaver]) -> None:
+    """Issue 12, defect 2: ``append(wait=False)`` is gone; every append returns once committed."""
+    for method in (kind.append, kind.aappend):
+        assert "wait" not in inspect.signature(method).parameters
 
 
 OURS = 3  # handrail's own schema versions
@@ -107,8 +118,8 @@ def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> N
         saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
     old.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
-        for table in ("events", "pending", "runs"):
+        assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [(1,), (2,), (3,)]
+        for table in ("handrail_events", "handrail_pending", "handrail_runs"):
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
             assert sql.endswith("WITHOUT ROWID"), table
 
@@ -119,7 +130,9 @@ def test_migrations_apply_in_order_once(tmp_path: Path) -> None:
     with _Extended(path) as saver:
         saver.setup()  # idempotent
     with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT version, description FROM schema_version ORDER BY version").fetchall()
+        rows = conn.execute(
+            "SELECT version, description FROM handrail_schema_version ORDER BY version"
+        ).fetchall()
         assert [v for v, _ in rows] == list(range(1, OURS + 3)) and rows[OURS][1] == "labels"
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'labels_by_label'").fetchone()
     with pytest.raises(
@@ -134,7 +147,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError):
         _Broken(path)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (OURS,)
+        assert conn.execute("SELECT MAX(version) FROM handrail_schema_version").fetchone() == (OURS,)
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'half'").fetchone() is None
 
 
@@ -158,7 +171,7 @@ def test_many_openers_of_a_new_file_at_once(tmp_path: Path) -> None:
         thread.join()
     assert errors == []
     with sqlite3.connect(path) as conn:
-        versions = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+        versions = conn.execute("SELECT version FROM handrail_schema_version ORDER BY version").fetchall()
         assert versions == [(v,) for v in range(1, OURS + 3)]
 
 
@@ -305,8 +318,8 @@ def _forge_owner(
     path: Path, owner: str, pid: int, host: str, expires_at: float, thread: str, run: str
 ) -> None:
     with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO run_owners VALUES (?, ?, ?, ?)", (owner, pid, host, expires_at))
-        conn.execute("INSERT INTO runs VALUES (?, ?, ?, ?)", (thread, run, owner, time.time()))
+        conn.execute("INSERT INTO handrail_run_owners VALUES (?, ?, ?, ?)", (owner, pid, host, expires_at))
+        conn.execute("INSERT INTO handrail_runs VALUES (?, ?, ?, ?)", (thread, run, owner, time.time()))
 
 
 def _a_dead_pid() -> int:
@@ -328,7 +341,7 @@ def test_a_run_is_alive_while_its_lease_holds_and_its_process_exists(tmp_path: P
     assert saver.runs_alive("t") == {"live", "remote, leased"}
     saver.claim_run("t", "mine")  # a claim also forgets the dead runs of the thread
     with sqlite3.connect(path) as conn:
-        runs = {row[0] for row in conn.execute("SELECT run_id FROM runs WHERE thread_id = 't'")}
+        runs = {row[0] for row in conn.execute("SELECT run_id FROM handrail_runs WHERE thread_id = 't'")}
     assert runs == {"live", "remote, leased", "mine"}
     saver.close()
 
@@ -339,7 +352,7 @@ def test_the_heartbeat_renews_the_lease(tmp_path: Path) -> None:
 
     def expiry() -> float:
         with sqlite3.connect(path) as conn:
-            row = conn.execute("SELECT expires_at FROM run_owners").fetchone()
+            row = conn.execute("SELECT expires_at FROM handrail_run_owners").fetchone()
             return float(row[0])
 
     saver.claim_run("t", "r")
@@ -385,11 +398,11 @@ def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
     saver = SqliteSaver(path)
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            "INSERT INTO threads VALUES (?, 1, 'interrupted', 'e', 0, ?, x'7b7d', 1)",
+            "INSERT INTO handrail_threads VALUES (?, 1, 'interrupted', 'e', 0, ?, x'7b7d', 1)",
             [(f"t{n:05d}", float(n)) for n in range(5000)],
         )
         conn.executemany(
-            "INSERT INTO pending VALUES (?, ?, 0, ?, ?, ?, x'7b7d')",
+            "INSERT INTO handrail_pending VALUES (?, ?, 0, ?, ?, ?, x'7b7d')",
             [
                 (
                     f"t{n:05d}",
@@ -402,7 +415,7 @@ def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
             ],
         )
         conn.executemany(
-            "INSERT INTO pending_tools VALUES (?, ?, ?, ?)",
+            "INSERT INTO handrail_pending_tools VALUES (?, ?, ?, ?)",
             [(f"tool{n % 13}", float(n), f"t{n:05d}", f"i{n}") for n in range(5000)],
         )
         conn.execute("ANALYZE")
@@ -470,7 +483,7 @@ def test_a_claim_made_by_an_append_keeps_its_lease(tmp_path: Path) -> None:
 
     def expiry() -> float:
         with sqlite3.connect(path) as conn:
-            row = conn.execute("SELECT expires_at FROM run_owners").fetchone()
+            row = conn.execute("SELECT expires_at FROM handrail_run_owners").fetchone()
             return float(row[0])
 
     saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r")
@@ -488,15 +501,15 @@ def test_claims_write_the_lease_once_a_heartbeat_period(tmp_path: Path) -> None:
     saver = SqliteSaver(path, lease_seconds=600.0)
     saver.claim_run("t", "r1")
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE run_owners SET expires_at = 12345.0")  # a mark, not a real expiry
+        conn.execute("UPDATE handrail_run_owners SET expires_at = 12345.0")  # a mark, not a real expiry
     saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
     saver.claim_run("u", "r3")
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT expires_at FROM run_owners").fetchall() == [(12345.0,)]
+        assert conn.execute("SELECT expires_at FROM handrail_run_owners").fetchall() == [(12345.0,)]
     saver._renewed = ("", 0.0)  # as if a heartbeat period had passed
     saver.claim_run("u", "r4")
     with sqlite3.connect(path) as conn:
-        (expires_at,) = conn.execute("SELECT expires_at FROM run_owners").fetchone()
+        (expires_at,) = conn.execute("SELECT expires_at FROM handrail_run_owners").fetchone()
     assert expires_at > time.time() + 500
     saver.close()
 
@@ -556,7 +569,7 @@ def test_an_append_after_its_own_last_one_checks_the_head_in_its_update(tmp_path
             saver, lambda: saver.append("t", events(2, 2), expected_seq=1, record=record("t", 3))
         )
         assert not [s for s in seen if s.startswith("SELECT")], seen
-        (update,) = [s for s in seen if s.startswith("UPDATE threads")]
+        (update,) = [s for s in seen if s.startswith("UPDATE handrail_threads")]
         assert "head_seq = 1 AND epoch = 'e'" in update
         assert saver.get_thread("t") == record("t", 3)
         assert [e.seq for e in saver.read("t").events] == [1, 2, 3]
@@ -609,3 +622,83 @@ def test_what_the_saver_remembers_of_each_thread_is_small(tmp_path: Path) -> Non
         finally:
             tracemalloc.stop()
         assert per_thread < 1024, per_thread
+
+
+def test_a_row_created_again_with_the_same_head_and_epoch_is_read_not_remembered(tmp_path: Path) -> None:
+    """The remembered row is used only while the stored row is exactly it, every column."""
+    path = tmp_path / "t.db"
+    review = PendingReview("i1", "interrupt", ("write_file",), 5.0, b"{}")
+    again = ThreadRecord("t", 1, "interrupted", "e", 3.0, 4.0, {"team": "x"}, (review,))
+    outcomes = []
+    for remembered in (True, False):
+        with SqliteSaver(path) as mine, SqliteSaver(path) as other:
+            mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+            if not remembered:
+                mine._known.forget("t")
+            other.delete_thread("t")
+            other.append("t", events(1, 1), expected_seq=0, record=again)  # same head, same epoch
+            mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+            outcomes.append((mine.read("t"), mine.list_pending(PendingFilter())))
+            mine.delete_thread("t")
+    assert outcomes[0] == outcomes[1]  # as if nothing had been remembered
+    read, inbox = outcomes[0]
+    assert read.record == record("t", 2) and inbox == []  # the other writer's review went with its row
+
+
+def test_savers_racing_on_one_thread_keep_one_log(tmp_path: Path) -> None:
+    """Rule 8 under a real race: two savers (each remembering its last rows), four Python threads."""
+    path = tmp_path / "race.db"
+    savers = [SqliteSaver(path), SqliteSaver(path)]
+    attempts, workers = 60, 4
+    barrier = threading.Barrier(workers)
+    won: list[int] = []
+    errors: list[BaseException] = []
+
+    def thread_record(head: int) -> ThreadRecord:
+        # a review on every odd head: the appends also replace the thread's pending rows
+        pending = (PendingReview(f"i{head}", "interrupt", ("write_file",), float(head), b"{}"),)
+        return ThreadRecord(
+            "t",
+            head,
+            "interrupted" if head % 2 else "idle",
+            "e",
+            1.0,
+            float(head),
+            {},
+            (pending if head % 2 else ()),
+        )
+
+    def work(n: int) -> None:
+        saver = savers[n % 2]
+        head = 0
+        barrier.wait()
+        try:
+            for _ in range(attempts):
+                try:
+                    saver.append("t", events(head + 1, 1), expected_seq=head, record=thread_record(head + 1))
+                except ConflictError:
+                    found = saver.get_thread("t")
+                    head = found.head_seq if found is not None else 0
+                    continue
+                head += 1
+                won.append(head)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert errors == []
+        read = savers[0].read("t")
+        assert read.record is not None
+        head = read.record.head_seq
+        assert sorted(won) == list(range(1, head + 1))  # every head won exactly once
+        assert [e.seq for e in read.events] == list(range(1, head + 1))
+        assert read.record == thread_record(head)
+        assert [item.review for item in savers[1].list_pending(PendingFilter())] == list(read.record.pending)
+    finally:
+        for saver in savers:
+            saver.close()

@@ -186,7 +186,7 @@ def test_damaged_thread_metadata_fails_loudly(
     saver, agent = _paused_thread(durable_location, tmp_path, "t")
     _corrupt(
         durable_location,
-        "UPDATE threads SET metadata = ? WHERE thread_id = ?",
+        "UPDATE handrail_threads SET metadata = ? WHERE thread_id = ?",
         "UPDATE {t}threads SET metadata = %s::jsonb WHERE thread_id = %s",
         (sqlite_value if durable_location.backend == "sqlite" else postgres_value, "t"),
     )
@@ -197,7 +197,7 @@ def test_an_unknown_status_fails_loudly(durable_location: Location, tmp_path: Pa
     saver, agent = _paused_thread(durable_location, tmp_path, "t")
     _corrupt(
         durable_location,
-        "UPDATE threads SET status = ? WHERE thread_id = ?",
+        "UPDATE handrail_threads SET status = ? WHERE thread_id = ?",
         "UPDATE {t}threads SET status = %s WHERE thread_id = %s",
         ("frozen", "t"),
     )
@@ -211,7 +211,7 @@ def test_damaged_pending_review_fails_loudly(durable_location: Location, tmp_pat
     saver, agent = _paused_thread(durable_location, tmp_path, "t")
     _corrupt(
         durable_location,
-        "UPDATE pending SET payload = ? WHERE thread_id = ?",
+        "UPDATE handrail_pending SET payload = ? WHERE thread_id = ?",
         "UPDATE {t}pending SET payload = %s WHERE thread_id = %s",
         (b"\x80\x04\x95pickle", "t"),
     )
@@ -219,7 +219,9 @@ def test_damaged_pending_review_fails_loudly(durable_location: Location, tmp_pat
         agent.list_interrupts()
     assert caught.value.thread_id == "t"
     if durable_location.backend == "sqlite":
-        _corrupt(durable_location, "UPDATE pending SET tools = ? WHERE thread_id = ?", "", ("{oops", "t"))
+        _corrupt(
+            durable_location, "UPDATE handrail_pending SET tools = ? WHERE thread_id = ?", "", ("{oops", "t")
+        )
         with pytest.raises(SerializationError, match=r"thread 't', pending review '[0-9a-f]+'"):
             saver.get_thread("t")
         with pytest.raises(SerializationError, match="thread 't'"):
@@ -252,7 +254,7 @@ def test_random_thread_metadata_loads_or_fails_loudly(
         value = json.dumps(data.draw(json_values)).replace("\\u0000", "")
     _corrupt(
         durable_location,
-        "UPDATE threads SET metadata = ? WHERE thread_id = ?",
+        "UPDATE handrail_threads SET metadata = ? WHERE thread_id = ?",
         "UPDATE {t}threads SET metadata = %s::jsonb WHERE thread_id = %s",
         (value, "t"),
     )

@@ -11,7 +11,7 @@ import functools
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +22,14 @@ from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import ConflictError, SerializationError
 
 __all__ = [
+    "MAX_NAME",
+    "MAX_SEQ",
+    "MAX_TIME",
     "STATUSES",
     "Migration",
     "check_append",
+    "check_thread_id",
+    "checked_time",
     "conflict",
     "damaged",
     "decode_metadata",
@@ -42,14 +47,28 @@ __all__ = [
 
 STATUSES: frozenset[str] = frozenset({"idle", "running", "interrupted"})
 
+# The ranges a value read back must lie in (SPEC rule 10): outside them it is damage.
+MAX_SEQ = 2**63 - 1
+"""An event number is a positive 64-bit integer."""
+MAX_TIME = 253402300800.0
+"""A stored time (epoch seconds) is finite and ``0 <= t < MAX_TIME`` (the year 10000)."""
+MAX_NAME = 65536
+"""An id (thread, interrupt, epoch, run) or a kind is a string of at most this many characters."""
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One step of a saver's schema: applied once, in version order, in one transaction."""
+    """One step of a saver's schema: applied once, in version order, in one transaction.
+
+    ``statements`` run first, then ``run`` (if given): a Python step called with the
+    migration's open connection (SQLite) or cursor, inside the same transaction, so it
+    is rolled back with the migration if anything fails.
+    """
 
     version: int
     description: str
     statements: tuple[str, ...]
+    run: Callable[[Any], None] | None = None
 
 
 def check_append(
@@ -148,16 +167,20 @@ def decode_tools(raw: Any, thread_id: str, interrupt_id: str) -> tuple[str, ...]
 
 
 def event_from_row(thread_id: str, seq: Any, kind: Any, created_at: Any, payload: Any) -> StoredEvent:
-    """A stored event from its row, with every column checked."""
+    """A stored event from its row, with every column checked (type and range)."""
     if isinstance(payload, memoryview):
         payload = bytes(payload)
     elif isinstance(payload, str):
         payload = payload.encode()
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        raise damaged(thread_id, f"record {seq!r}", "the event number is not an integer")
-    if not isinstance(kind, str) or not _is_number(created_at) or not isinstance(payload, bytes):
-        raise damaged(thread_id, f"record {seq}", "the event row has a column of the wrong type", seq=seq)
-    return StoredEvent(seq=seq, kind=kind, created_at=float(created_at), payload=payload)
+    if not _is_int(seq) or not 0 < seq <= MAX_SEQ:
+        raise damaged(thread_id, f"record {_shown(seq)}", "the event number is not a positive 64-bit integer")
+    what = f"record {seq}"
+    if not isinstance(payload, bytes):
+        raise damaged(thread_id, what, "the event row has a column of the wrong type", seq=seq)
+    _check_name(thread_id, what, "kind", kind, seq=seq)
+    return StoredEvent(
+        seq=seq, kind=kind, created_at=checked_time(thread_id, what, created_at, seq=seq), payload=payload
+    )
 
 
 def pending_from_row(
@@ -166,15 +189,17 @@ def pending_from_row(
     """A pending review from its row, with every column checked."""
     if isinstance(payload, memoryview):
         payload = bytes(payload)
-    if not isinstance(interrupt_id, str):
-        raise damaged(thread_id, "a pending review", "its interrupt id is not a string")
-    if not isinstance(kind, str) or not _is_number(created_at) or not isinstance(payload, bytes):
-        raise damaged(thread_id, f"pending review {interrupt_id!r}", "a column has the wrong type")
+    if not isinstance(interrupt_id, str) or not 0 < len(interrupt_id) <= MAX_NAME:
+        raise damaged(thread_id, "a pending review", f"its interrupt id is {_shown(interrupt_id)}")
+    what = f"pending review {interrupt_id!r}"
+    if not isinstance(payload, bytes):
+        raise damaged(thread_id, what, "a column has the wrong type")
+    _check_name(thread_id, what, "kind", kind)
     return PendingReview(
         interrupt_id=interrupt_id,
         kind=kind,
         tools=decode_tools(tools, thread_id, interrupt_id),
-        created_at=float(created_at),
+        created_at=checked_time(thread_id, what, created_at),
         payload=payload,
     )
 
@@ -189,27 +214,28 @@ def record_from_row(
     metadata: Any,
     pending: Sequence[PendingReview] = (),
 ) -> ThreadRecord:
-    """A thread record from its row, with every column checked."""
-    if not isinstance(head_seq, int) or isinstance(head_seq, bool) or head_seq < 0:
-        raise damaged(thread_id, "thread record", f"head_seq is {head_seq!r}")
-    if status not in STATUSES:
-        raise damaged(thread_id, "thread record", f"unknown status {status!r}")
-    if not isinstance(epoch, str) or not _is_number(created_at) or not _is_number(updated_at):
-        raise damaged(thread_id, "thread record", "a column has the wrong type")
+    """A thread record from its row, with every column checked (type and range)."""
+    check_thread_id(thread_id)
+    if not _is_int(head_seq) or not 0 <= head_seq <= MAX_SEQ:
+        raise damaged(thread_id, "thread record", f"head_seq is {_shown(head_seq)}")
+    if status not in STATUSES:  # a string, and one of them
+        raise damaged(thread_id, "thread record", f"unknown status {_shown(status)}")
+    if not isinstance(epoch, str) or len(epoch) > MAX_NAME:
+        raise damaged(thread_id, "thread record", f"its epoch is {_shown(epoch)}")
     checked: ThreadStatus = status
     return ThreadRecord(
         thread_id=thread_id,
         head_seq=head_seq,
         status=checked,
         epoch=epoch,
-        created_at=float(created_at),
-        updated_at=float(updated_at),
+        created_at=checked_time(thread_id, "thread record", created_at),
+        updated_at=checked_time(thread_id, "thread record", updated_at),
         metadata=decode_metadata(metadata, thread_id),
         pending=tuple(pending),
     )
 
 
-def metadata_filter_matches(thread_id: str, stored: Any, wanted: bytes) -> bool:
+def metadata_filter_matches(thread_id: Any, stored: Any, wanted: bytes) -> bool:
     """Whether stored metadata holds ``wanted`` (serialised): the InMemorySaver's rule exactly."""
     return metadata_matches(_decoded_filter(wanted), decode_metadata(stored, thread_id))
 
@@ -222,8 +248,43 @@ def _decoded_filter(wanted: bytes) -> Mapping[str, Any]:
     return value
 
 
+def check_thread_id(thread_id: Any) -> None:
+    """A thread id read back from a row: a non-empty string of a sane length."""
+    if not isinstance(thread_id, str) or not 0 < len(thread_id) <= MAX_NAME:
+        shown = _shown(thread_id)
+        raise SerializationError(
+            f"cannot load thread {shown}, thread record: the thread id is not a string of 1 to "
+            f"{MAX_NAME} characters",
+            thread_id=shown,
+        )
+
+
+def checked_time(thread_id: str, what: str, value: Any, seq: int | None = None) -> float:
+    """A stored time as a float, or damage: finite, ``0 <= t < MAX_TIME`` (datetime can show it)."""
+    if not _is_number(value) or not 0 <= value < MAX_TIME:  # NaN fails both comparisons
+        raise damaged(thread_id, what, f"a time is {_shown(value)}, not seconds since 1970", seq=seq)
+    return float(value)
+
+
+def _check_name(thread_id: str, what: str, column: str, value: Any, seq: int | None = None) -> None:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
+        raise damaged(thread_id, what, f"its {column} is {_shown(value)}, not a name", seq=seq)
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    """A damaged value for a message: its repr, cut short (a damaged column may be huge)."""
+    text = (
+        repr(value) if not isinstance(value, (bytes, str)) or len(value) <= 80 else repr(value[:80]) + "..."
+    )
+    return text if len(text) <= 100 else text[:100] + "..."
 
 
 def _reason(exc: SerializationError) -> str:
