@@ -74,9 +74,15 @@ def run(args: argparse.Namespace, open_store: Any, usage_error: type[Exception])
 
 def verify_thread(saver: BaseCheckpointSaver, thread_id: str) -> AuditVerification:
     """Check one thread of a store, without an agent (the chain needs none)."""
+    from handrail.errors import SerializationError
     from handrail.runtime.maintenance import verification_of
 
-    return verification_of(thread_id, saver.read(thread_id))
+    try:
+        read = saver.read(thread_id)
+    except SerializationError as exc:  # the store itself found a damaged row
+        reason = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        return AuditVerification(thread_id, False, 0, 0, exc.seq if exc.seq is not None else 0, reason)
+    return verification_of(thread_id, read)
 
 
 def _every_thread(saver: BaseCheckpointSaver) -> Iterator[str]:

@@ -49,7 +49,6 @@ from handrail.checkpoint.base import (
 )
 from handrail.checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
 from handrail.errors import ConflictError
-from handrail.runtime.effects import takes
 
 PG_ENV = "HANDRAIL_TEST_POSTGRES_DSN"
 REQUIRE_ENV = "HANDRAIL_REQUIRE_POSTGRES"
@@ -435,8 +434,6 @@ class KillingSaver(BaseCheckpointSaver):
         release: str | None = None,
         **options: Any,  # durable=, reading=
     ) -> None:
-        if "wait" in options and not takes(type(self.inner), "append", "wait"):
-            del options["wait"]  # SqliteSaver has no unwaited append (issue 12, defect 2)
         self.appends += 1
         if self.appends == self.at and self.when == "before":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -36,7 +36,12 @@ def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [(1,), (2,), (3,)]
+        assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+        ]
         assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file: small pages
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {
@@ -78,7 +83,7 @@ def test_append_has_no_unwaited_form(kind: type[SqliteSaver] | type[AsyncSqliteS
         assert "wait" not in inspect.signature(method).parameters
 
 
-OURS = 3  # handrail's own schema versions
+OURS = 4  # handrail's own schema versions
 
 
 class _Extended(SqliteSaver):
@@ -118,7 +123,12 @@ def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> N
         saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
     old.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [(1,), (2,), (3,)]
+        assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+        ]
         for table in ("handrail_events", "handrail_pending", "handrail_runs"):
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
             assert sql.endswith("WITHOUT ROWID"), table

@@ -124,8 +124,20 @@ def _damaged(thread_id: str, event: Event | None, exc: Exception) -> Serializati
 
 def verify_audit(env: Env) -> Gen:
     """Check the thread's whole log against its hash chain (SPEC rule 18)."""
-    read = yield StoreCall("read", (env.thread_id,), {})
+    try:
+        read = yield StoreCall("read", (env.thread_id,), {})
+    except SerializationError as exc:  # the store itself found a damaged row
+        return _broken(env.thread_id, exc, records=0, head=0, unsealed=0)
     return verification_of(env.thread_id, read)
+
+
+def _broken(
+    thread_id: str, exc: SerializationError, *, records: int, head: int, unsealed: int
+) -> AuditVerification:
+    reason = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+    return AuditVerification(
+        thread_id, False, records, head, exc.seq if exc.seq is not None else 0, reason, unsealed
+    )
 
 
 def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
@@ -141,8 +153,7 @@ def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
     try:
         checked_log(thread_id, read.events)
     except SerializationError as exc:
-        reason = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
-        return AuditVerification(thread_id, False, len(read.events), head, exc.seq, reason, unsealed)
+        return _broken(thread_id, exc, records=len(read.events), head=head, unsealed=unsealed)
     last = read.events[-1].seq if read.events else 0
     if last != head:
         reason = f"the thread's head is record {head}, but its log ends at record {last}"

@@ -44,7 +44,7 @@ class _Reads(_Connections):
     def read(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
-        sql = "SELECT seq, kind, created_at, payload FROM handrail_events WHERE thread_id = ? AND seq > ?"
+        sql = "SELECT seq, kind, created_at, payload FROM handrail_events WHERE thread_id = ?"
         reading = None
         with self._transaction(write=False) as conn:
             if from_reading and not after_seq and upto_seq is None:
@@ -56,7 +56,10 @@ class _Reads(_Connections):
                 if found:
                     reading = event_from_row(thread_id, found[0][0], "reading", found[0][1], found[0][2])
                     after_seq = reading.seq
-            params: list[Any] = [thread_id, after_seq]
+            params: list[Any] = [thread_id]
+            if after_seq:  # from the start, every row: a damaged number below 1 is read and refused
+                sql += " AND seq > ?"
+                params.append(after_seq)
             if upto_seq is not None:
                 sql += " AND seq <= ?"
                 params.append(upto_seq)

@@ -22,6 +22,8 @@ import time
 from collections.abc import Sequence
 
 from handrail.checkpoint._records import Migration
+from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.integrity import seal_log
 from handrail.errors import ConfigurationError, SerializationError
 
 __all__ = [
@@ -160,7 +162,34 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        4,
+        "every event sealed with its hash in its thread's chain (storage format v3; SPEC rule 18)",
+        (),
+        run=lambda conn: _seal_every_log(conn),
+    ),
 )
+
+
+def _seal_every_log(conn: sqlite3.Connection) -> None:
+    """Seal the events written before records had a hash, thread by thread, in seq order
+    (``checkpoint/integrity.py``, rule 5: each keeps the hash it already has in its chain).
+    Saved readings of that time are dropped: a reading is a cache, and an unsealed one is
+    not trusted anyway."""
+    threads = [row[0] for row in conn.execute("SELECT DISTINCT thread_id FROM handrail_events")]
+    for thread_id in threads:
+        rows = conn.execute(
+            "SELECT seq, kind, created_at, payload FROM handrail_events WHERE thread_id = ? ORDER BY seq",
+            (thread_id,),
+        ).fetchall()
+        events = [
+            StoredEvent(seq, kind, created_at, bytes(payload)) for seq, kind, created_at, payload in rows
+        ]
+        conn.executemany(
+            "UPDATE handrail_events SET payload = ? WHERE thread_id = ? AND seq = ?",
+            [(event.payload, thread_id, event.seq) for event in seal_log(thread_id, events)],
+        )
+    conn.execute("DELETE FROM handrail_readings")
 
 
 # The file: handrail's tables among others, older files, damage ---------------------------

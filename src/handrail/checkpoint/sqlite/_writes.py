@@ -52,9 +52,7 @@ class _Writes(_Runs):
         self._leading = False
         self._known = _Known()  # each thread's row as this saver left it: see _Known
 
-    # No ``wait`` keyword (issue 12, defect 2: the unwaited append is gone); the ignores
-    # go when ``BaseCheckpointSaver.append`` drops it too.
-    def append(  # type: ignore[override]
+    def append(
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
@@ -75,7 +73,7 @@ class _Writes(_Runs):
             raise
         self._claimed_after(write)
 
-    async def aappend(  # type: ignore[override]
+    async def aappend(
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
