@@ -126,13 +126,16 @@ def test_editing_the_delete_runs_the_edited_query_and_not_the_original(
     assert "execute_sql (as edited by the reviewer): Deleted 1 row." in result.final_answer
 
 
-def test_editing_field_by_field_keeps_what_is_left_empty(console: Console, tmp_path: Path) -> None:
+def test_editing_field_by_field_keeps_what_is_left_empty(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
     answers = Answers(["e", "", "", "", "a"])  # write_file: Enter for JSON, then keep path and content
 
     result = run_demo(console, answers, workdir=tmp_path)
 
-    assert answers.prompts[2].startswith("path [old_records.csv]")
-    assert answers.prompts[3].startswith("content [id,title,created_at")
+    assert answers.prompts[2].startswith("path (Enter keeps it")
+    assert answers.prompts[3].startswith("content (Enter keeps it")
+    assert 'path now: "old_records.csv"' in out.getvalue()
     assert outcome(result, "write_file").review == "approved"  # nothing changed: approved as proposed
     assert (tmp_path / "old_records.csv").exists()
 
@@ -313,7 +316,8 @@ def test_a_finished_thread_is_shown_again_without_running_anything(console: Cons
 
     assert again.final_answer == first.final_answer
     assert again.workspace.record_ids() == ALL_IDS
-    assert [o.review for o in again.outcomes][1:3] == ["unknown", "unknown"]  # decided in another session
+    # Decided in an earlier call: the reviews come from the thread's audit trail.
+    assert [o.review for o in again.outcomes][1:3] == ["approved", "rejected"]
     assert [o.ran for o in again.outcomes][1:3] == [True, False]
 
 
@@ -357,9 +361,12 @@ def test_later_after_answering_part_of_a_review_says_those_answers_were_not_sent
 ) -> None:
     saver = InMemorySaver()
 
-    result = run_demo(console, Answers(["a", "l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+    person = Answers(["a", "l", "y"])
+    result = run_demo(console, person, checkpointer=saver, thread_id="t", workdir=tmp_path)
 
     assert result.waiting
+    assert "You answered 1 of the 2 calls in this review. Later sends none of it" in out.getvalue()
+    assert person.prompts[-1] == "Leave the whole review for later? (y/N):"  # asked before leaving
     assert "were not sent" in out.getvalue()
     assert not (tmp_path / "old_records.csv").exists()  # the approved write_file did not run
     resumed = Answers(["r", "", "a"])

@@ -27,10 +27,11 @@ import shlex
 import shutil
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.markup import escape
@@ -196,12 +197,7 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
             model = _demo_model(model_name, args.base_url or (None if args.model else found.base_url))
 
         auto_approve = bool(args.yes)
-        if not auto_approve and not sys.stdin.isatty():
-            console.print("[yellow]stdin is not a terminal, so every request is approved (as with --yes).[/]")
-            auto_approve = True
-
-        def ask(prompt: str) -> str:
-            return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+        ask = _terminal_ask(console) if auto_approve or sys.stdin.isatty() else _piped_ask(console)
 
         if model is not None:
             shown = escape(str(model_name))
@@ -235,6 +231,39 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
             console.print(f"Saved as {saved}. To see it again:", soft_wrap=True)
         console.print(f"  {escape(_resume_command(args, thread_id))}", soft_wrap=True)
         return EXIT_OK
+
+
+def _terminal_ask(console: Console) -> Callable[[str], str]:
+    def ask(prompt: str) -> str:
+        return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+
+    return ask
+
+
+def _piped_ask(console: Console) -> Callable[[str], str]:
+    """Answers read from a stdin that is not a terminal, one a line; its end leaves the review waiting.
+
+    Never approves on its own: a review is for a person, and only ``--yes`` approves everything.
+    """
+    from handrail.terminal import ReviewDeferred
+
+    console.print(
+        "[yellow]stdin is not a terminal: each of its lines answers one question. When it ends, the "
+        "reviews not answered wait in the store (--yes approves everything).[/]"
+    )
+
+    def ask(prompt: str) -> str:
+        console.print(f"[bold cyan]?[/] {escape(prompt)} ", end="")
+        line = sys.stdin.readline()
+        if not line:
+            console.print()
+            console.print("[yellow]Input ended, so this review waits for an answer.[/]")
+            raise ReviewDeferred("input ended")
+        answer = line.rstrip("\r\n")
+        console.print(escape(answer), highlight=False)
+        return answer
+
+    return ask
 
 
 def _list_waiting(console: Console, args: argparse.Namespace, saver: BaseCheckpointSaver, where: str) -> int:
@@ -279,6 +308,11 @@ def _open_store(args: argparse.Namespace, *, existing: bool) -> Iterator[tuple[B
 def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
     if path.is_dir():
         raise UsageError(f"--db {str(path)!r} is a directory; give the path of a file")
+    if not path.parent.is_dir():
+        raise UsageError(
+            f"--db {str(path)!r}: the folder {str(path.parent)!r} does not exist; "
+            "create it first, or give a path in a folder that exists"
+        )
     if not path.exists():
         if existing:
             raise StoreError(
@@ -334,25 +368,26 @@ def _thread_saved(saver: BaseCheckpointSaver, thread_id: str) -> bool:
 
 
 def _store_flags(args: argparse.Namespace) -> str:
-    """``--db``/``--postgres`` as given, for a command line to print (empty for the default)."""
+    """``--postgres`` as given, or ``--db`` with the SQLite file's absolute path, for a command to print."""
     if args.postgres is not None:
         return " " + shlex.join(["--postgres", args.postgres])
-    if args.db is not None:
-        return " " + shlex.join(["--db", str(args.db)])
-    return ""
+    # Absolute, so the printed command works from any folder.
+    return " " + shlex.join(["--db", os.path.abspath(args.db if args.db is not None else DEFAULT_DB)])
 
 
 def _resume_command(args: argparse.Namespace, thread_id: str) -> str:
     """The command that continues ``thread_id``, with the store and workdir flags given."""
     command = f"{_program()} demo --resume {shlex.quote(thread_id)}{_store_flags(args)}"
     if args.workdir is not None:
-        command += " " + shlex.join(["--workdir", str(args.workdir)])
+        command += " " + shlex.join(["--workdir", os.path.abspath(args.workdir)])
     return command
 
 
 def _program() -> str:
-    """How the person ran this command: ``handrail`` when it is on the PATH, else its path."""
+    """How the person ran this command: ``handrail`` when it is on the PATH, else its absolute path."""
     invoked = sys.argv[0] if sys.argv else ""
+    if Path(invoked).name == "__main__.py":  # python -m handrail
+        return f"{shlex.quote(sys.executable)} -m handrail"
     if Path(invoked).name != "handrail":
         return "handrail"
     found = shutil.which("handrail")
@@ -361,7 +396,7 @@ def _program() -> str:
             return "handrail"
     except OSError:
         pass
-    return shlex.quote(invoked)
+    return shlex.quote(os.path.abspath(invoked))
 
 
 def _safe_dsn(dsn: str) -> str:
@@ -383,8 +418,23 @@ def _demo_model(name: str | None, base_url: str | None) -> ChatModel | None:
         return None
     from handrail.models import init_chat_model
 
+    provider = name.partition(":")[0]
+    if provider.strip().lower() == "scripted":
+        raise UsageError(
+            f"--model {name!r}: the demo plays its own script without --model; "
+            "--model is for a real model, e.g. openai:gpt-4o-mini"
+        )
+    if base_url is not None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(
+                f"--base-url {base_url!r} is not an http(s) URL; give the API root, e.g. http://localhost:11434/v1"
+            )
     options = {"base_url": base_url} if base_url else {}
-    model = init_chat_model(name, **options)
+    try:
+        model = init_chat_model(name, **options)
+    except ValueError as exc:
+        raise UsageError(f"--model {name!r}: {_one_line(exc)}") from None
     check = getattr(model, "check_credentials", None)
     if callable(check):
         check()
