@@ -464,3 +464,25 @@ def test_when_another_session_answers_first_the_demo_shows_the_thread_as_it_stan
     assert "Deleted 3 rows." in result.final_answer
     results = [m for m in result.messages if isinstance(m, ToolMessage) and m.name == "execute_sql"]
     assert len(results) == 1
+
+
+def test_after_a_conflict_the_summary_shows_the_other_sessions_edit_from_the_audit_trail(
+    console: Console, tmp_path: Path
+) -> None:
+    """Issue 13: the losing reviewer sees what ran (edited, with the edited query), not 'unknown'."""
+    saver = InMemorySaver()
+    run_demo(console, Answers(["l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+    edited = "DELETE FROM records WHERE id = 8"
+
+    def slow_reviewer(prompt: str) -> str:
+        if prompt.startswith("Decision for write_file"):  # meanwhile another reviewer edits the DELETE
+            other = Answers(["a", "e", json.dumps({"query": edited})])
+            run_demo(Console(file=io.StringIO()), other, checkpointer=saver, thread_id="t")
+        return "a" if prompt.startswith("Decision") else ""
+
+    result = run_demo(console, slow_reviewer, checkpointer=saver, thread_id="t")
+
+    sql = outcome(result, "execute_sql")
+    assert (sql.review, sql.final_args) == ("edited", {"query": edited})
+    assert outcome(result, "write_file").review == "approved"
+    assert result.workspace.record_ids() == [1, 2, 3, 4, 5, 6, 7]

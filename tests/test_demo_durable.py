@@ -276,7 +276,7 @@ def test_a_file_that_is_not_sqlite_is_refused_in_one_line(
     assert main(["demo", "--yes", "--db", "notes.db", *argv]) == 1
 
     line = one_error_line(capsys.readouterr().err)
-    assert "'notes.db' is not a handrail database (it is not an SQLite file)" in line
+    assert "'notes.db' is not a handrail database: it is not an SQLite file" in line
     assert (tmp_path / "notes.db").read_text().startswith("not a database")
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import select
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -252,3 +253,100 @@ def test_python_dash_m_handrail_runs_the_command() -> None:
 
     assert done.returncode == 0, done.stderr
     assert f"{sys.executable} -m handrail demo --resume demo-" in done.stdout
+
+
+# 5. A damaged database file is named, called damaged, and what to do is said --------------------
+def _damage_a_table_page(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'threads'").fetchone()
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    finally:
+        conn.close()
+    with db.open("r+b") as file:
+        file.seek((root - 1) * page_size)
+        file.write(b"\x0d" + b"\xff" * 7)  # a leaf page whose header points nowhere
+
+
+def _damage_the_page_size(db: Path) -> None:
+    with db.open("r+b") as file:
+        file.seek(16)  # the header's page size: 7 is no power of two
+        file.write(b"\x00\x07")
+
+
+def _garble_the_schema_record(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("UPDATE schema_version SET version = 9552 WHERE version = 2")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("damage", [_damage_a_table_page, _damage_the_page_size, _garble_the_schema_record])
+def test_a_damaged_database_file_is_named_and_the_way_out_is_said(damage: object, tmp_path: Path) -> None:
+    made = run_script("demo", "--yes", "--db", "threads.db", "--workdir", "work")
+    assert made.returncode == 0, made.stderr
+    damage(tmp_path / "threads.db")  # type: ignore[operator]
+
+    for argv in (["demo", "--yes"], ["demo", "--list"]):
+        done = run_script(*argv, "--db", "threads.db")
+
+        assert done.returncode == 1, done.stdout
+        (line,) = done.stderr.strip().splitlines()
+        assert "'threads.db' is a damaged SQLite database" in line
+        assert "Restore it from a backup" in line and "sqlite3 threads.db .recover" in line
+        assert "newer than this handrail" not in line and "not an SQLite file" not in line
+
+
+# 13. A reject with no reason is shown to the reviewer in their terms, without the call id ---------
+def test_a_reject_without_a_reason_shows_no_model_facing_sentence(tmp_path: Path) -> None:
+    term = Terminal("demo", "--workdir", "work")
+    term.read_until("Decision for write_file")
+    term.type("a\n")
+    term.read_until("Decision for execute_sql")
+    term.type("r\n")
+    term.read_until("Reason for the agent")
+    term.type("\n")
+    assert term.wait() == 0
+
+    shown = screen(term)
+    assert "execute_sql (rejected): no reason given" in shown
+    assert "call_" not in shown and "Do not retry" not in shown
+    assert remaining_ids(tmp_path / "work") == ALL_IDS
+
+
+# 13. The demo's working folders do not pile up in the temporary directory --------------------------
+def test_finished_demos_working_folders_are_removed_when_the_next_one_starts(tmp_path: Path) -> None:
+    waiting = run_script("demo")  # no answers: it waits, and keeps its folder
+    finished = [run_script("demo", "--yes") for _ in range(3)]
+    assert all(run.returncode == 0 for run in [waiting, *finished])
+
+    scratch = tmp_path / "tmp"
+    assert [p.name for p in scratch.iterdir()] == ["handrail-demo"]  # one folder in TMPDIR, not one a run
+    kept = sorted(p.name for p in (scratch / "handrail-demo").iterdir())
+    assert kept == sorted(
+        [thread_of(resume_command(waiting.stdout)), thread_of(resume_command(finished[-1].stdout))]
+    )
+    again = run_script(*resume_command(waiting.stdout), "--yes")  # the waiting thread still has its files
+    assert again.returncode == 0 and "Deleted 3 rows." in again.stdout
+
+
+# 7. make demo installs only what the demo needs ----------------------------------------------------
+def test_make_demo_installs_the_core_only_and_make_test_the_dev_tools(tmp_path: Path) -> None:
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[1]
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(root / name, tmp_path / name)  # a fresh clone: no .venv yet
+
+    def plan(target: str) -> str:
+        done = subprocess.run([make, "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    demo = plan("demo")
+    assert "pip install --quiet -e .\n" in demo and "[dev]" not in demo
+    assert "handrail demo" in demo
+    assert "'.[dev]'" in plan("test")

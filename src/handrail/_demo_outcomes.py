@@ -30,7 +30,8 @@ class ToolOutcome:
     ``review`` is ``"approved"``, ``"edited"``, ``"rejected"``, ``"answered"`` (the person
     replied in the tool's place) or ``"not reviewed"``, as the thread's audit trail records
     it, whichever process or reviewer decided. ``final_args`` are the arguments it ran
-    with (after any edit), None if it did not run.
+    with (after any edit), None if it did not run. ``message`` is what the reviewer wrote:
+    the reason of a rejection (None when none was given) or the reply given in the tool's place.
     """
 
     name: str
@@ -39,6 +40,7 @@ class ToolOutcome:
     review: str
     result: str
     status: str
+    message: str | None = None
 
     @property
     def ran(self) -> bool:
@@ -79,9 +81,15 @@ def outcomes_from_trail(messages: Sequence[BaseMessage], trail: Iterable[AuditEn
                     review=review,
                     result=reply.text,
                     status=reply.status,
+                    message=_message_of(decision),
                 )
             )
     return outcomes
+
+
+def _message_of(decision: Mapping[str, Any] | None) -> str | None:
+    message = decision.get("message") if decision else None
+    return message if isinstance(message, str) and message.strip() else None
 
 
 def _decisions_by_call(entries: Sequence[AuditEntry]) -> dict[str, Mapping[str, Any]]:

@@ -7,11 +7,13 @@ Subcommands:
     data; you review its risky calls in the terminal. Threads are kept in SQLite
     (``./handrail.db``, or ``--db PATH``) or PostgreSQL (``--postgres DSN``), so a review
     can wait: answer "later" (``l``) or press Ctrl-C at a review, and the demo prints the
-    command that continues it, ``handrail demo --resume THREAD_ID``, in this process or
-    any other sharing the store. ``--list`` shows the demo threads waiting for review.
-    ``--yes`` approves everything, ``--workdir DIR`` chooses where its files and
-    database go, ``--model provider:name`` (with ``--base-url URL`` for a local
-    OpenAI-compatible server) lets a real model drive the same tools.
+    command that continues it, ``handrail demo --resume THREAD_ID --db /abs/path``, in this
+    process or any other sharing the store. ``--list`` shows the demo threads waiting for
+    review. Without a terminal nothing is approved: lines piped in are the answers, and
+    when they end the reviews wait. ``--yes`` approves everything, ``--workdir DIR``
+    chooses where its files and database go, ``--model provider:name`` (with ``--base-url
+    URL`` for a local OpenAI-compatible server) lets a real model drive the same tools.
+    ``python -m handrail`` runs the same command.
 
 A mistake on the command line ends with one line on stderr and exit code 2; a problem
 found while running (an unknown thread, a store that cannot be opened) with one line
@@ -37,6 +39,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from handrail import __version__
+from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
@@ -50,8 +53,6 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_DB = Path("handrail.db")
 """Where ``handrail demo`` keeps its threads without ``--db`` or ``--postgres`` (relative to the cwd)."""
-
-_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})
 
 
 class UsageError(Exception):
@@ -301,8 +302,13 @@ def _open_store(args: argparse.Namespace, *, existing: bool) -> Iterator[tuple[B
     _check_sqlite_file(path, existing=existing, flags=_store_flags(args))
     from handrail.checkpoint.sqlite import SqliteSaver
 
-    with SqliteSaver(path) as saver:
-        yield saver, str(path)
+    try:
+        with SqliteSaver(path) as saver:
+            yield saver, str(path)
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        raise StoreError(damaged_advice(path, _one_line(exc))) from None
 
 
 def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
@@ -320,21 +326,9 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
                 f"'{_program()} demo{flags}', or pass the --db it used"
             )
         return
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)
-        try:
-            tables = {
-                str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-        finally:
-            conn.close()
-    except sqlite3.OperationalError as exc:
-        raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
-    except sqlite3.DatabaseError:
-        raise StoreError(f"{str(path)!r} is not a handrail database (it is not an SQLite file)") from None
-    if tables and not tables >= _HANDRAIL_TABLES:
-        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-        raise StoreError(f"{str(path)!r} is not a handrail database (it holds other tables: {shown})")
+    problem = sqlite_file_problem(path)
+    if problem is not None:
+        raise StoreError(problem)
 
 
 @contextmanager

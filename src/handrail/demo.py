@@ -53,12 +53,14 @@ from handrail._demo_agent import (
     DemoError,
     DemoWorkspace,
     build_demo_agent,
+    default_workdirs,
     demo_middleware,
     make_demo_tools,
     scripted_demo_model,
     split_edit_notice,
 )
 from handrail._demo_outcomes import ToolOutcome, outcomes_from_trail
+from handrail._demo_tidy import remove_finished_workdirs
 from handrail.agent import Agent
 from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver
 from handrail.errors import ConflictError
@@ -149,7 +151,9 @@ def run_demo(
     if workdir is None and record is not None:
         saved = record.metadata.get("workdir")
         workdir = saved if isinstance(saved, str) and saved else None
-    workspace = DemoWorkspace.open(workdir)
+    if workdir is None and record is None:
+        remove_finished_workdirs(store, app=DEMO_APP)  # earlier demos' folders, once they are done
+    workspace = DemoWorkspace.open(workdir, name=thread_id)
     policy = demo_middleware()
     agent = build_demo_agent(workspace, model=model, checkpointer=store, middleware=policy)
     config: RunnableConfig = {"configurable": {"thread_id": thread_id, "reviewer": "terminal"}}
@@ -317,6 +321,9 @@ def _narrate(console: Console, messages: Sequence[BaseMessage], start: int) -> i
         elif isinstance(message, ToolMessage):
             style = "red" if message.status == "error" else "green"
             edited, output = split_edit_notice(message.text)
+            if message.status == "error" and output.startswith("User rejected"):
+                reason = output.partition(" with reason: ")[2]
+                output = f"rejected, reason: {reason}" if reason else "rejected, no reason given"
             summary = escape(_result_summary(output, 70)) + (" [dim](edited call)[/]" if edited else "")
             console.print(f"  [{style}]{escape(message.name or 'tool')}[/] -> {summary}")
     return len(messages)
@@ -353,7 +360,8 @@ def _summarise(console: Console, result: DemoResult) -> None:
     if skipped:
         console.print(Text("Not run", style="bold"))
         for outcome in skipped:
-            console.print(f"  [red]{escape(outcome.name)}[/] ({outcome.review}): {escape(outcome.result)}")
+            why = escape(_why_not_run(outcome))
+            console.print(f"  [red]{escape(outcome.name)}[/] ({outcome.review}): {why}")
     if result.waiting:
         console.print(
             Panel(
@@ -367,6 +375,17 @@ def _summarise(console: Console, result: DemoResult) -> None:
         answer = escape(result.final_answer or "(no final answer)")
         console.print(Panel(answer, title="Final answer", title_align="left"))
     console.print(f"Files and database: {escape(str(result.workspace.root))}")
+    if not result.waiting and result.workspace.root.parent == default_workdirs().resolve():
+        console.print("[dim](a temporary folder: the next new demo removes it, this thread being done)[/]")
+
+
+def _why_not_run(outcome: ToolOutcome) -> str:
+    """For the reviewer: their own words, not the sentence written for the model (with its call id)."""
+    if outcome.review == "rejected":
+        return f"reason: {outcome.message}" if outcome.message else "no reason given"
+    if outcome.review == "answered" and outcome.message:
+        return f"your reply: {outcome.message}"
+    return outcome.result
 
 
 def _args_line(args: Mapping[str, Any]) -> str:

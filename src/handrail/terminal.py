@@ -5,10 +5,11 @@
 action requests (``action_requests`` with their ``review_configs``) or a single
 ``tool_approval`` / ``outcome_unknown`` request. For each tool call it draws a panel (the
 description, the arguments, the decisions allowed), asks for a decision and, for an edit,
-reads the new arguments as a JSON object or field by field. Then it hands the answer to a
-``submit`` function; when handrail refuses an edit
-(:class:`~handrail.errors.InvalidDecisionError`, nothing saved) it says why and asks for the
-edited calls again.
+reads the new arguments (a JSON object merged onto the proposal, field by field, or the
+whole JSON in ``$EDITOR``) and checks them at once, so a wrong edit is refused while the
+proposal is kept and shown again. Then it hands the answer to a ``submit`` function; when
+handrail still refuses an edit (:class:`~handrail.errors.InvalidDecisionError`, nothing
+saved) it says why and asks for the edited calls again.
 
 Everything the terminal does goes through two objects, so tests and other front ends can
 drive it without a TTY: a rich :class:`~rich.console.Console` for output and an
