@@ -87,13 +87,20 @@ def _build_parser() -> argparse.ArgumentParser:
             "in any process that shares the store. No API key is needed."
         ),
     )
-    demo.add_argument("--yes", "-y", action="store_true", help="approve every request without asking")
+    demo.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="approve every request without asking (without it and without a terminal, nothing is "
+        "approved: lines on stdin are the answers, and when they end the reviews wait)",
+    )
     demo.add_argument(
         "--workdir",
         type=Path,
         metavar="DIR",
-        help="where the demo writes its files and its sample database (default: a new temporary directory; "
-        "a resumed thread uses the one it started in)",
+        help="where the demo writes its files and its sample database (default: a new folder in "
+        "TMPDIR/handrail-demo, removed by a later demo once its thread is finished; a resumed thread "
+        "uses the one it started in)",
     )
     store = demo.add_mutually_exclusive_group()
     store.add_argument(
