@@ -63,15 +63,17 @@ def test_demo_with_yes_approves_everything_and_exits_zero(
     assert remaining_ids(tmp_path) == [1, 2, 3, 4, 5]
 
 
-def test_demo_without_a_terminal_says_so_and_approves_as_with_yes(
+def test_demo_without_a_terminal_approves_nothing_and_leaves_the_reviews_waiting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
 
     assert main(["demo", "--workdir", str(tmp_path)]) == 0
 
-    assert "stdin is not a terminal" in capsys.readouterr().out
-    assert remaining_ids(tmp_path) == [1, 2, 3, 4, 5]
+    shown = capsys.readouterr().out
+    assert "stdin is not a terminal" in shown
+    assert "Left for later" in shown and "demo --resume demo-" in shown
+    assert remaining_ids(tmp_path) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_demo_creates_a_missing_workdir(tmp_path: Path) -> None:
@@ -176,11 +178,14 @@ def test_console_script_runs_the_demo_with_yes(tmp_path: Path) -> None:
     assert remaining_ids(tmp_path) == [1, 2, 3, 4, 5]
 
 
-def test_console_script_demo_in_a_non_interactive_shell_approves_everything(tmp_path: Path) -> None:
+def test_console_script_demo_in_a_non_interactive_shell_approves_nothing(tmp_path: Path) -> None:
     done = run_script("demo", "--workdir", str(tmp_path))
 
     assert done.returncode == 0, done.stderr
     assert "stdin is not a terminal" in done.stdout
+    assert "Left for later" in done.stdout
+    assert remaining_ids(tmp_path) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert not (tmp_path / "old_records.csv").exists()
 
 
 def test_console_script_bad_flag_exits_nonzero_without_a_traceback() -> None:

@@ -126,13 +126,16 @@ def test_editing_the_delete_runs_the_edited_query_and_not_the_original(
     assert "execute_sql (as edited by the reviewer): Deleted 1 row." in result.final_answer
 
 
-def test_editing_field_by_field_keeps_what_is_left_empty(console: Console, tmp_path: Path) -> None:
+def test_editing_field_by_field_keeps_what_is_left_empty(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
     answers = Answers(["e", "", "", "", "a"])  # write_file: Enter for JSON, then keep path and content
 
     result = run_demo(console, answers, workdir=tmp_path)
 
-    assert answers.prompts[2].startswith("path [old_records.csv]")
-    assert answers.prompts[3].startswith("content [id,title,created_at")
+    assert answers.prompts[2].startswith("path (Enter keeps it")
+    assert answers.prompts[3].startswith("content (Enter keeps it")
+    assert 'path now: "old_records.csv"' in out.getvalue()
     assert outcome(result, "write_file").review == "approved"  # nothing changed: approved as proposed
     assert (tmp_path / "old_records.csv").exists()
 
@@ -313,7 +316,8 @@ def test_a_finished_thread_is_shown_again_without_running_anything(console: Cons
 
     assert again.final_answer == first.final_answer
     assert again.workspace.record_ids() == ALL_IDS
-    assert [o.review for o in again.outcomes][1:3] == ["unknown", "unknown"]  # decided in another session
+    # Decided in an earlier call: the reviews come from the thread's audit trail.
+    assert [o.review for o in again.outcomes][1:3] == ["approved", "rejected"]
     assert [o.ran for o in again.outcomes][1:3] == [True, False]
 
 
@@ -357,9 +361,12 @@ def test_later_after_answering_part_of_a_review_says_those_answers_were_not_sent
 ) -> None:
     saver = InMemorySaver()
 
-    result = run_demo(console, Answers(["a", "l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+    person = Answers(["a", "l", "y"])
+    result = run_demo(console, person, checkpointer=saver, thread_id="t", workdir=tmp_path)
 
     assert result.waiting
+    assert "You answered 1 of the 2 calls in this review. Later sends none of it" in out.getvalue()
+    assert person.prompts[-1] == "Leave the whole review for later? (y/N):"  # asked before leaving
     assert "were not sent" in out.getvalue()
     assert not (tmp_path / "old_records.csv").exists()  # the approved write_file did not run
     resumed = Answers(["r", "", "a"])
@@ -457,3 +464,25 @@ def test_when_another_session_answers_first_the_demo_shows_the_thread_as_it_stan
     assert "Deleted 3 rows." in result.final_answer
     results = [m for m in result.messages if isinstance(m, ToolMessage) and m.name == "execute_sql"]
     assert len(results) == 1
+
+
+def test_after_a_conflict_the_summary_shows_the_other_sessions_edit_from_the_audit_trail(
+    console: Console, tmp_path: Path
+) -> None:
+    """Issue 13: the losing reviewer sees what ran (edited, with the edited query), not 'unknown'."""
+    saver = InMemorySaver()
+    run_demo(console, Answers(["l"]), checkpointer=saver, thread_id="t", workdir=tmp_path)
+    edited = "DELETE FROM records WHERE id = 8"
+
+    def slow_reviewer(prompt: str) -> str:
+        if prompt.startswith("Decision for write_file"):  # meanwhile another reviewer edits the DELETE
+            other = Answers(["a", "e", json.dumps({"query": edited})])
+            run_demo(Console(file=io.StringIO()), other, checkpointer=saver, thread_id="t")
+        return "a" if prompt.startswith("Decision") else ""
+
+    result = run_demo(console, slow_reviewer, checkpointer=saver, thread_id="t")
+
+    sql = outcome(result, "execute_sql")
+    assert (sql.review, sql.final_args) == ("edited", {"query": edited})
+    assert outcome(result, "write_file").review == "approved"
+    assert result.workspace.record_ids() == [1, 2, 3, 4, 5, 6, 7]

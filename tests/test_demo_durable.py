@@ -53,11 +53,17 @@ def in_a_scratch_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> P
 
 
 # Helpers ------------------------------------------------------------------------------------------
-def run_script(*args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
-    """The console script in a new process, without a terminal (so it approves every request)."""
+def run_script(
+    *args: str, stdin: Any = subprocess.DEVNULL, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The console script in a new process, without a terminal (answers, if any, come from ``stdin``)."""
     if not SCRIPT.exists():
         pytest.skip(f"the console script is not installed at {SCRIPT}")
-    return subprocess.run([str(SCRIPT), *args], stdin=stdin, capture_output=True, text=True, timeout=120)
+    if input_text is not None:
+        stdin = None
+    return subprocess.run(
+        [str(SCRIPT), *args], stdin=stdin, input=input_text, capture_output=True, text=True, timeout=120
+    )
 
 
 def resume_command(shown: str | bytes) -> list[str]:
@@ -114,7 +120,8 @@ def test_later_at_a_review_then_resume_in_a_new_process_runs_each_approved_tool_
     assert first.wait() == 0
     assert b"Left for later" in first.seen
     command = resume_command(first.seen)
-    assert command == ["demo", "--resume", thread_of(command)]  # no flags were given, none are needed
+    db = str(tmp_path / "handrail.db")
+    assert command == ["demo", "--resume", thread_of(command), "--db", db]  # absolute: works from anywhere
     thread_id = thread_of(command)
     with SqliteSaver(tmp_path / "handrail.db") as saver:
         workdir = workdir_of(saver, thread_id)
@@ -131,7 +138,7 @@ def test_later_at_a_review_then_resume_in_a_new_process_runs_each_approved_tool_
     assert b"Deleted 3 rows." in second.seen
     assert b"Traceback" not in second.seen
 
-    shown_again = run_script(*command)  # a finished thread is only shown
+    shown_again = run_script(*command, "--yes")  # a finished thread is only shown
     assert shown_again.returncode == 0, shown_again.stderr
     assert "Final answer" in shown_again.stdout
     assert remaining_ids(workdir) == RECENT_IDS
@@ -143,6 +150,7 @@ def test_later_at_a_review_then_resume_in_a_new_process_runs_each_approved_tool_
 
 
 def test_ctrl_c_at_a_review_prints_how_to_resume_and_a_new_process_finishes(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
     first = Terminal("demo", "--db", "store/threads.db", "--workdir", "work")
     first.read_until("Decision for write_file")
     first.type("a\n")
@@ -154,10 +162,11 @@ def test_ctrl_c_at_a_review_prints_how_to_resume_and_a_new_process_finishes(tmp_
     assert b"Traceback" not in first.seen
     command = resume_command(first.seen)
     thread_id = thread_of(command)
-    assert command == ["demo", "--resume", thread_id, "--db", "store/threads.db", "--workdir", "work"]
+    db, work = str(tmp_path / "store" / "threads.db"), str(tmp_path / "work")
+    assert command == ["demo", "--resume", thread_id, "--db", db, "--workdir", work]
     assert remaining_ids(tmp_path / "work") == ALL_IDS  # the review was cut short: nothing was sent
 
-    second = run_script(*command)  # no terminal: every request is approved
+    second = run_script(*command, "--yes")  # --yes: every request is approved
 
     assert second.returncode == 0, second.stderr
     assert "Continuing the conversation saved for this thread." in second.stdout
@@ -181,7 +190,7 @@ def test_input_ending_at_a_review_also_says_how_to_resume(
     assert "Input ended before the review was finished." in err
     assert "Traceback" not in err
     command = resume_command(err)
-    finished = run_script(*command)
+    finished = run_script(*command, "--yes")
     assert finished.returncode == 0, finished.stderr
     assert remaining_ids(tmp_path / "work") == RECENT_IDS
 
@@ -223,7 +232,7 @@ def test_list_shows_the_demo_threads_waiting_for_review(
     assert "2 demo threads waiting for review in threads.db" in out
     listed = re.findall(r"^\s+(demo-\w+)\s+since .*write_file, execute_sql$", out, flags=re.MULTILINE)
     assert listed == waiting
-    assert "demo --resume THREAD_ID --db threads.db" in out
+    assert f"demo --resume THREAD_ID --db {tmp_path / 'threads.db'}" in out
 
 
 def test_list_with_nothing_waiting_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -267,7 +276,7 @@ def test_a_file_that_is_not_sqlite_is_refused_in_one_line(
     assert main(["demo", "--yes", "--db", "notes.db", *argv]) == 1
 
     line = one_error_line(capsys.readouterr().err)
-    assert "'notes.db' is not a handrail database (it is not an SQLite file)" in line
+    assert "'notes.db' is not a handrail database: it is not an SQLite file" in line
     assert (tmp_path / "notes.db").read_text().startswith("not a database")
 
 
@@ -398,7 +407,7 @@ def test_postgres_later_in_one_process_and_resume_in_another(postgres: tuple[str
     assert listed.returncode == 0, listed.stderr
     assert thread_id in listed.stdout
 
-    second = run_script(*command)
+    second = run_script(*command, "--yes")
 
     assert second.returncode == 0, second.stderr
     assert "Deleted 3 rows." in second.stdout
@@ -421,7 +430,7 @@ def test_postgres_ctrl_c_then_resume_in_a_new_process(postgres: tuple[str, str])
     assert b"Traceback" not in first.seen
     command = resume_command(first.seen)
 
-    second = run_script(*command)
+    second = run_script(*command, "--yes")
 
     assert second.returncode == 0, second.stderr
     assert remaining_ids("work") == RECENT_IDS

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +39,7 @@ __all__ = [
     "DemoError",
     "DemoWorkspace",
     "build_demo_agent",
+    "default_workdirs",
     "demo_middleware",
     "make_demo_tools",
     "scripted_demo_model",
@@ -71,6 +73,14 @@ _SAMPLE_RECORDS: tuple[tuple[str, int], ...] = (
 """(title, age in days): three of the eight rows are older than the 30-day cutoff."""
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def default_workdirs() -> Path:
+    """The one folder (in the system's temporary directory) that holds the demo's default workdirs."""
+    return Path(tempfile.gettempdir()) / "handrail-demo"
+
+
 class DemoError(HandrailError):
     """The demo cannot go on (for example, the run paused for something it cannot answer)."""
 
@@ -88,10 +98,22 @@ class DemoWorkspace:
         return self.root / "demo.db"
 
     @classmethod
-    def open(cls, workdir: Path | str | None = None) -> DemoWorkspace:
-        """Use ``workdir`` (created if missing) or a fresh temporary directory."""
+    def open(cls, workdir: Path | str | None = None, *, name: str | None = None) -> DemoWorkspace:
+        """Use ``workdir`` (created if missing), or a new folder in :func:`default_workdirs`.
+
+        The new folder is called ``name`` (a thread id) when that is a plain file name not
+        yet taken, else it gets a fresh random name.
+        """
         if workdir is None:
-            return cls(Path(tempfile.mkdtemp(prefix="handrail-demo-")).resolve())
+            parent = default_workdirs()
+            parent.mkdir(parents=True, exist_ok=True)
+            if name is not None and _PLAIN_NAME.fullmatch(name):
+                try:
+                    (parent / name).mkdir()
+                    return cls((parent / name).resolve())
+                except FileExistsError:
+                    pass
+            return cls(Path(tempfile.mkdtemp(prefix="demo-", dir=parent)).resolve())
         root = Path(workdir).expanduser()
         if root.exists() and not root.is_dir():
             raise DemoError(f"{str(root)!r} exists and is not a directory")
@@ -307,7 +329,10 @@ def _final_answer(turn: Sequence[BaseMessage]) -> str:
         text = " ".join(output.split())
         name = f"{call['name']} (as edited by the reviewer)" if edited else call["name"]
         if message.status == "error" and text.startswith("User rejected"):
-            lines.append(f"- {name} was rejected, so I did not run it. {text}")
+            # The reviewer's reason, if any; not the sentence handrail wrote for the model.
+            reason = text.partition(" with reason: ")[2]
+            why = f"Reason given: {reason}" if reason else "No reason was given."
+            lines.append(f"- {name} was rejected, so I did not run it. {why}")
         elif message.status == "error":
             lines.append(f"- {name} failed: {text}")
         else:

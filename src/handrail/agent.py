@@ -668,8 +668,8 @@ def _format(mode: str, chunk: Any, single: bool, version: str) -> Any:
         chunk, interrupts = chunk
     if version == "v2":
         part: dict[str, Any] = {"type": mode, "ns": (), "data": chunk}
-        if interrupts is not None:
-            part["interrupts"] = interrupts
+        if mode == "values":  # always there, as LangGraph's: empty while nothing is pending
+            part["interrupts"] = interrupts if interrupts is not None else ()
         return part
     if interrupts is not None:
         chunk = {**chunk, "__interrupt__": list(interrupts)}

@@ -10,11 +10,13 @@ Subcommands:
     data; you review its risky calls in the terminal. Threads are kept in SQLite
     (``./handrail.db``, or ``--db PATH``) or PostgreSQL (``--postgres DSN``), so a review
     can wait: answer "later" (``l``) or press Ctrl-C at a review, and the demo prints the
-    command that continues it, ``handrail demo --resume THREAD_ID``, in this process or
-    any other sharing the store. ``--list`` shows the demo threads waiting for review.
-    ``--yes`` approves everything, ``--workdir DIR`` chooses where its files and
-    database go, ``--model provider:name`` (with ``--base-url URL`` for a local
-    OpenAI-compatible server) lets a real model drive the same tools.
+    command that continues it, ``handrail demo --resume THREAD_ID --db /abs/path``, in this
+    process or any other sharing the store. ``--list`` shows the demo threads waiting for
+    review. Without a terminal nothing is approved: lines piped in are the answers, and
+    when they end the reviews wait. ``--yes`` approves everything, ``--workdir DIR``
+    chooses where its files and database go, ``--model provider:name`` (with ``--base-url
+    URL`` for a local OpenAI-compatible server) lets a real model drive the same tools.
+    ``python -m handrail`` runs the same command.
 
 A mistake on the command line ends with one line on stderr and exit code 2; a problem
 found while running (an unknown thread, a store that cannot be opened) with one line
@@ -30,15 +32,17 @@ import shlex
 import shutil
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.markup import escape
 
 from handrail import __version__
+from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
@@ -52,9 +56,6 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_DB = Path("handrail.db")
 """Where ``handrail demo`` keeps its threads without ``--db`` or ``--postgres`` (relative to the cwd)."""
-
-_HANDRAIL_TABLES = frozenset({"handrail_schema_version", "handrail_threads", "handrail_events"})
-_OLDER_HANDRAIL_TABLES = frozenset({"schema_version", "threads", "events"})  # renamed when opened
 
 
 class UsageError(Exception):
@@ -89,13 +90,20 @@ def _build_parser() -> argparse.ArgumentParser:
             "in any process that shares the store. No API key is needed."
         ),
     )
-    demo.add_argument("--yes", "-y", action="store_true", help="approve every request without asking")
+    demo.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="approve every request without asking (without it and without a terminal, nothing is "
+        "approved: lines on stdin are the answers, and when they end the reviews wait)",
+    )
     demo.add_argument(
         "--workdir",
         type=Path,
         metavar="DIR",
-        help="where the demo writes its files and its sample database (default: a new temporary directory; "
-        "a resumed thread uses the one it started in)",
+        help="where the demo writes its files and its sample database (default: a new folder in "
+        "TMPDIR/handrail-demo, removed by a later demo once its thread is finished; a resumed thread "
+        "uses the one it started in)",
     )
     store = demo.add_mutually_exclusive_group()
     store.add_argument(
@@ -207,12 +215,7 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
             model = _demo_model(model_name, args.base_url or (None if args.model else found.base_url))
 
         auto_approve = bool(args.yes)
-        if not auto_approve and not sys.stdin.isatty():
-            console.print("[yellow]stdin is not a terminal, so every request is approved (as with --yes).[/]")
-            auto_approve = True
-
-        def ask(prompt: str) -> str:
-            return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+        ask = _terminal_ask(console) if auto_approve or sys.stdin.isatty() else _piped_ask(console)
 
         if model is not None:
             shown = escape(str(model_name))
@@ -246,6 +249,39 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
             console.print(f"Saved as {saved}. To see it again:", soft_wrap=True)
         console.print(f"  {escape(_resume_command(args, thread_id))}", soft_wrap=True)
         return EXIT_OK
+
+
+def _terminal_ask(console: Console) -> Callable[[str], str]:
+    def ask(prompt: str) -> str:
+        return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+
+    return ask
+
+
+def _piped_ask(console: Console) -> Callable[[str], str]:
+    """Answers read from a stdin that is not a terminal, one a line; its end leaves the review waiting.
+
+    Never approves on its own: a review is for a person, and only ``--yes`` approves everything.
+    """
+    from handrail.terminal import ReviewDeferred
+
+    console.print(
+        "[yellow]stdin is not a terminal: each of its lines answers one question. When it ends, the "
+        "reviews not answered wait in the store (--yes approves everything).[/]"
+    )
+
+    def ask(prompt: str) -> str:
+        console.print(f"[bold cyan]?[/] {escape(prompt)} ", end="")
+        line = sys.stdin.readline()
+        if not line:
+            console.print()
+            console.print("[yellow]Input ended, so this review waits for an answer.[/]")
+            raise ReviewDeferred("input ended")
+        answer = line.rstrip("\r\n")
+        console.print(escape(answer), highlight=False)
+        return answer
+
+    return ask
 
 
 def _list_waiting(console: Console, args: argparse.Namespace, saver: BaseCheckpointSaver, where: str) -> int:
@@ -283,13 +319,23 @@ def _open_store(args: argparse.Namespace, *, existing: bool) -> Iterator[tuple[B
     _check_sqlite_file(path, existing=existing, flags=_store_flags(args))
     from handrail.checkpoint.sqlite import SqliteSaver
 
-    with SqliteSaver(path) as saver:
-        yield saver, str(path)
+    try:
+        with SqliteSaver(path) as saver:
+            yield saver, str(path)
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        raise StoreError(damaged_advice(path, _one_line(exc))) from None
 
 
 def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
     if path.is_dir():
         raise UsageError(f"--db {str(path)!r} is a directory; give the path of a file")
+    if not path.parent.is_dir():
+        raise UsageError(
+            f"--db {str(path)!r}: the folder {str(path.parent)!r} does not exist; "
+            "create it first, or give a path in a folder that exists"
+        )
     if not path.exists():
         if existing:
             raise StoreError(
@@ -297,25 +343,9 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
                 f"'{_program()} demo{flags}', or pass the --db it used"
             )
         return
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)
-        try:
-            tables = {
-                str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
-
-        if is_damage(exc) and "not a database" not in str(exc):  # an SQLite file, damaged
-            raise StoreError(str(damaged_file(exc, str(path)))) from None
-        if isinstance(exc, sqlite3.OperationalError):
-            raise StoreError(f"cannot open {str(path)!r}: {exc}") from None
-        raise StoreError(f"{str(path)!r} is not a handrail database (it is not an SQLite file)") from None
-    if tables and not (tables >= _HANDRAIL_TABLES or tables >= _OLDER_HANDRAIL_TABLES):
-        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-        raise StoreError(f"{str(path)!r} is not a handrail database (it holds other tables: {shown})")
+    problem = sqlite_file_problem(path)
+    if problem is not None:
+        raise StoreError(problem)
 
 
 @contextmanager
@@ -349,25 +379,26 @@ def _thread_saved(saver: BaseCheckpointSaver, thread_id: str) -> bool:
 
 
 def _store_flags(args: argparse.Namespace) -> str:
-    """``--db``/``--postgres`` as given, for a command line to print (empty for the default)."""
+    """``--postgres`` as given, or ``--db`` with the SQLite file's absolute path, for a command to print."""
     if args.postgres is not None:
         return " " + shlex.join(["--postgres", args.postgres])
-    if args.db is not None:
-        return " " + shlex.join(["--db", str(args.db)])
-    return ""
+    # Absolute, so the printed command works from any folder.
+    return " " + shlex.join(["--db", os.path.abspath(args.db if args.db is not None else DEFAULT_DB)])
 
 
 def _resume_command(args: argparse.Namespace, thread_id: str) -> str:
     """The command that continues ``thread_id``, with the store and workdir flags given."""
     command = f"{_program()} demo --resume {shlex.quote(thread_id)}{_store_flags(args)}"
     if args.workdir is not None:
-        command += " " + shlex.join(["--workdir", str(args.workdir)])
+        command += " " + shlex.join(["--workdir", os.path.abspath(args.workdir)])
     return command
 
 
 def _program() -> str:
-    """How the person ran this command: ``handrail`` when it is on the PATH, else its path."""
+    """How the person ran this command: ``handrail`` when it is on the PATH, else its absolute path."""
     invoked = sys.argv[0] if sys.argv else ""
+    if Path(invoked).name == "__main__.py":  # python -m handrail
+        return f"{shlex.quote(sys.executable)} -m handrail"
     if Path(invoked).name != "handrail":
         return "handrail"
     found = shutil.which("handrail")
@@ -376,7 +407,7 @@ def _program() -> str:
             return "handrail"
     except OSError:
         pass
-    return shlex.quote(invoked)
+    return shlex.quote(os.path.abspath(invoked))
 
 
 def _safe_dsn(dsn: str) -> str:
@@ -398,8 +429,23 @@ def _demo_model(name: str | None, base_url: str | None) -> ChatModel | None:
         return None
     from handrail.models import init_chat_model
 
+    provider = name.partition(":")[0]
+    if provider.strip().lower() == "scripted":
+        raise UsageError(
+            f"--model {name!r}: the demo plays its own script without --model; "
+            "--model is for a real model, e.g. openai:gpt-4o-mini"
+        )
+    if base_url is not None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(
+                f"--base-url {base_url!r} is not an http(s) URL; give the API root, e.g. http://localhost:11434/v1"
+            )
     options = {"base_url": base_url} if base_url else {}
-    model = init_chat_model(name, **options)
+    try:
+        model = init_chat_model(name, **options)
+    except ValueError as exc:
+        raise UsageError(f"--model {name!r}: {_one_line(exc)}") from None
     check = getattr(model, "check_credentials", None)
     if callable(check):
         check()

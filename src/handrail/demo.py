@@ -53,11 +53,14 @@ from handrail._demo_agent import (
     DemoError,
     DemoWorkspace,
     build_demo_agent,
+    default_workdirs,
     demo_middleware,
     make_demo_tools,
     scripted_demo_model,
     split_edit_notice,
 )
+from handrail._demo_outcomes import ToolOutcome, outcomes_from_trail
+from handrail._demo_tidy import remove_finished_workdirs
 from handrail.agent import Agent
 from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver
 from handrail.errors import ConflictError
@@ -68,7 +71,6 @@ from handrail.terminal import (
     ReviewDeferred,
     TerminalReviewer,
     UnsupportedInterruptError,
-    Verdict,
     preview,
 )
 from handrail.types import Command, GraphOutput, RunnableConfig
@@ -98,28 +100,6 @@ DEMO_APP = "handrail-demo"
 
 
 # Running the demo -------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ToolOutcome:
-    """One tool call of the run and what became of it.
-
-    ``review`` is ``"approved"``, ``"edited"``, ``"rejected"``, ``"answered"`` (the person
-    replied in the tool's place), ``"not reviewed"`` or ``"unknown"`` (decided in an
-    earlier session). ``final_args`` are the arguments it ran with, None if it did not run.
-    """
-
-    name: str
-    proposed_args: dict[str, Any]
-    final_args: dict[str, Any] | None
-    review: str
-    result: str
-    status: str
-
-    @property
-    def ran(self) -> bool:
-        """Whether the tool was executed."""
-        return self.final_args is not None
-
-
 @dataclass(frozen=True, slots=True)
 class DemoResult:
     """What a demo run did: its thread, directory, tool calls and final answer.
@@ -171,7 +151,9 @@ def run_demo(
     if workdir is None and record is not None:
         saved = record.metadata.get("workdir")
         workdir = saved if isinstance(saved, str) and saved else None
-    workspace = DemoWorkspace.open(workdir)
+    if workdir is None and record is None:
+        remove_finished_workdirs(store, app=DEMO_APP)  # earlier demos' folders, once they are done
+    workspace = DemoWorkspace.open(workdir, name=thread_id)
     policy = demo_middleware()
     agent = build_demo_agent(workspace, model=model, checkpointer=store, middleware=policy)
     config: RunnableConfig = {"configurable": {"thread_id": thread_id, "reviewer": "terminal"}}
@@ -200,7 +182,14 @@ def run_demo(
         }
         output = agent.invoke({"messages": [HumanMessage(TASK)]}, first, version="v2")
 
-    reviewer = TerminalReviewer(console, ask, auto_approve=auto_approve, allow_later=checkpointer is not None)
+    tools = agent.tools
+    reviewer = TerminalReviewer(
+        console,
+        ask,
+        auto_approve=auto_approve,
+        allow_later=checkpointer is not None,
+        check=lambda name, args: tools[name].validate_args(args) if name in tools else None,
+    )
     shown = _narrate(console, output.value.get("messages", []), len(existing))
     waiting = False
     while output.interrupts:
@@ -226,7 +215,7 @@ def run_demo(
     result = DemoResult(
         thread_id=thread_id,
         workspace=workspace,
-        outcomes=_outcomes(messages, reviewer.verdicts, gated=set(policy.policies)),
+        outcomes=outcomes_from_trail(messages, agent.get_audit_trail(config)),
         final_answer="" if waiting else _final_text(messages),
         messages=messages,
         waiting=waiting,
@@ -332,36 +321,12 @@ def _narrate(console: Console, messages: Sequence[BaseMessage], start: int) -> i
         elif isinstance(message, ToolMessage):
             style = "red" if message.status == "error" else "green"
             edited, output = split_edit_notice(message.text)
+            if message.status == "error" and output.startswith("User rejected"):
+                reason = output.partition(" with reason: ")[2]
+                output = f"rejected, reason: {reason}" if reason else "rejected, no reason given"
             summary = escape(_result_summary(output, 70)) + (" [dim](edited call)[/]" if edited else "")
             console.print(f"  [{style}]{escape(message.name or 'tool')}[/] -> {summary}")
     return len(messages)
-
-
-def _outcomes(
-    messages: Sequence[BaseMessage], verdicts: Mapping[str, Verdict], *, gated: set[str]
-) -> list[ToolOutcome]:
-    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    outcomes = []
-    for message in messages:
-        if not isinstance(message, AIMessage):
-            continue
-        for call in message.tool_calls:
-            reply = results.get(str(call["id"]))
-            if reply is None:
-                continue
-            verdict = verdicts.get(str(call["id"]))
-            if verdict is not None:
-                review: str = verdict.label
-                final_args = verdict.final_args
-            elif call["name"] not in gated:
-                review, final_args = "not reviewed", call["args"]
-            else:
-                rejected = reply.status == "error" and reply.text.startswith("User rejected")
-                review, final_args = "unknown", None if rejected else call["args"]
-            outcomes.append(
-                ToolOutcome(call["name"], call["args"], final_args, review, reply.text, reply.status)
-            )
-    return outcomes
 
 
 def _final_text(messages: Sequence[BaseMessage]) -> str:
@@ -395,7 +360,8 @@ def _summarise(console: Console, result: DemoResult) -> None:
     if skipped:
         console.print(Text("Not run", style="bold"))
         for outcome in skipped:
-            console.print(f"  [red]{escape(outcome.name)}[/] ({outcome.review}): {escape(outcome.result)}")
+            why = escape(_why_not_run(outcome))
+            console.print(f"  [red]{escape(outcome.name)}[/] ({outcome.review}): {why}")
     if result.waiting:
         console.print(
             Panel(
@@ -409,6 +375,17 @@ def _summarise(console: Console, result: DemoResult) -> None:
         answer = escape(result.final_answer or "(no final answer)")
         console.print(Panel(answer, title="Final answer", title_align="left"))
     console.print(f"Files and database: {escape(str(result.workspace.root))}")
+    if not result.waiting and result.workspace.root.parent == default_workdirs().resolve():
+        console.print("[dim](a temporary folder: the next new demo removes it, this thread being done)[/]")
+
+
+def _why_not_run(outcome: ToolOutcome) -> str:
+    """For the reviewer: their own words, not the sentence written for the model (with its call id)."""
+    if outcome.review == "rejected":
+        return f"reason: {outcome.message}" if outcome.message else "no reason given"
+    if outcome.review == "answered" and outcome.message:
+        return f"your reply: {outcome.message}"
+    return outcome.result
 
 
 def _args_line(args: Mapping[str, Any]) -> str:

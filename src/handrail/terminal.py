@@ -5,10 +5,11 @@
 action requests (``action_requests`` with their ``review_configs``) or a single
 ``tool_approval`` / ``outcome_unknown`` request. For each tool call it draws a panel (the
 description, the arguments, the decisions allowed), asks for a decision and, for an edit,
-reads the new arguments as a JSON object or field by field. Then it hands the answer to a
-``submit`` function; when handrail refuses an edit
-(:class:`~handrail.errors.InvalidDecisionError`, nothing saved) it says why and asks for the
-edited calls again.
+reads the new arguments (a JSON object merged onto the proposal, field by field, or the
+whole JSON in ``$EDITOR``) and checks them at once, so a wrong edit is refused while the
+proposal is kept and shown again. Then it hands the answer to a ``submit`` function; when
+handrail still refuses an edit (:class:`~handrail.errors.InvalidDecisionError`, nothing
+saved) it says why and asks for the edited calls again.
 
 Everything the terminal does goes through two objects, so tests and other front ends can
 drive it without a TTY: a rich :class:`~rich.console.Console` for output and an
@@ -39,6 +40,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from handrail._terminal_edit import EditorUnavailableError, edit_in_editor, read_text_value, schema_problems
 from handrail.errors import HandrailError, InvalidDecisionError
 from handrail.types import GraphOutput, Interrupt
 
@@ -150,17 +152,34 @@ class TerminalReviewer:
 
     With ``auto_approve`` every call is approved without asking. With ``allow_later``
     the person may also answer "later" (``l``), which raises :class:`ReviewDeferred`
-    before anything of that review is sent. :attr:`verdicts` records a :class:`Verdict`
-    for each tool call id, once handrail has accepted the decision.
+    before anything of that review is sent (when some of its calls were already answered,
+    the person is told so and asked to confirm first). :attr:`verdicts` records a
+    :class:`Verdict` for each tool call id, once handrail has accepted the decision.
+
+    An edit starts from the proposed arguments: a JSON object replaces only the keys it
+    names, Enter edits field by field, ``v`` opens ``$EDITOR`` on the whole JSON. Each
+    edit is checked as it is entered, with ``check(tool_name, args)`` (which raises
+    ``ValueError`` saying what is wrong) or else against the review's ``args_schema``; a
+    refused edit is explained, the proposal stands, and the review is shown again.
+    ``edit_text`` (default: the person's ``$EDITOR``) edits a text and returns it.
     """
 
     def __init__(
-        self, console: Console, ask: Ask, *, auto_approve: bool = False, allow_later: bool = False
+        self,
+        console: Console,
+        ask: Ask,
+        *,
+        auto_approve: bool = False,
+        allow_later: bool = False,
+        check: Callable[[str, dict[str, Any]], object] | None = None,
+        edit_text: Callable[[str], str] | None = None,
     ) -> None:
         self.console = console
         self.ask = ask
         self.auto_approve = auto_approve
         self.allow_later = allow_later
+        self.check = check
+        self.edit_text = edit_text if edit_text is not None else edit_in_editor
         self.verdicts: dict[str, Verdict] = {}
 
     def settle(self, intr: Interrupt, submit: Callable[[Any], GraphOutput]) -> GraphOutput:
@@ -169,21 +188,23 @@ class TerminalReviewer:
         ``submit`` sends the answer (the resume value for ``intr``) and returns the run's
         output. Raises :class:`ReviewDeferred` when the person answers "later", and
         :class:`UnsupportedInterruptError`, before asking anything, when ``intr`` is not a
-        tool review.
+        tool review. A Ctrl-C (``KeyboardInterrupt``) or the end of input (``EOFError``)
+        is raised as it is, after saying that the answers given in this review were not sent.
         """
         pending = _read_interrupt(intr)
         decisions: list[dict[str, Any]] = []
-        for index, item in enumerate(pending.items, start=1):
-            self._render(item, index, len(pending.items))
-            try:
-                decisions.append(self._decide(item))
-            except ReviewDeferred:
-                if decisions:
-                    self.console.print(
-                        "The answers you gave in this review were not sent; it is asked again, "
-                        "whole, when you continue."
-                    )
-                raise
+        total = len(pending.items)
+        try:
+            for index, item in enumerate(pending.items, start=1):
+                self._render(item, index, total)
+                decisions.append(self._decide(item, index, total, answered=len(decisions)))
+        except (ReviewDeferred, KeyboardInterrupt, EOFError):
+            if decisions:
+                self.console.print(
+                    "The answers you gave in this review were not sent; the whole review is asked again "
+                    "when you continue."
+                )
+            raise
         while True:
             try:
                 output = submit({"decisions": decisions} if pending.batched else decisions[0])
@@ -192,10 +213,10 @@ class TerminalReviewer:
                 if not edited:
                     raise
                 self.console.print(f"[red]handrail refused the answer:[/] {escape(str(exc))}")
-                self.console.print("Let's try that again.")
+                self.console.print("The proposals stand; decide the edited calls again.")
                 for i in edited:
-                    previous = decisions[i]["edited_action"]["args"]
-                    decisions[i] = self._decide(pending.items[i], start_args=previous)
+                    self._render(pending.items[i], i + 1, total)
+                    decisions[i] = self._decide(pending.items[i], i + 1, total, answered=total - 1)
                 continue
             for item, decision in zip(pending.items, decisions, strict=True):
                 self.verdicts[item.tool_call_id] = _verdict(item, decision)
@@ -217,7 +238,7 @@ class TerminalReviewer:
         title = f"Review {index} of {total}: [bold]{escape(item.name)}[/]"
         self.console.print(Panel(Group(*parts), title=title, title_align="left", border_style="yellow"))
 
-    def _decide(self, item: _ReviewItem, start_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _decide(self, item: _ReviewItem, index: int, total: int, *, answered: int) -> dict[str, Any]:
         if self.auto_approve:
             if "approve" in item.allowed:
                 self.console.print(f"[green]Approved[/] {escape(item.name)} automatically.")
@@ -227,25 +248,29 @@ class TerminalReviewer:
                 "type": "reject",
                 "message": "Automatic mode may only approve, and approve is not allowed.",
             }
-        kind = self._choose(item)
-        if kind == "approve":
-            return {"type": "approve"}
-        if kind == "reject":
-            reason = self.ask("Reason for the agent (optional, Enter to skip):").strip()
-            return {"type": "reject", "message": reason} if reason else {"type": "reject"}
-        if kind == "respond":
-            while True:
-                message = self.ask("Your reply, given to the agent instead of the tool's result:").strip()
-                if message:
-                    return {"type": "respond", "message": message}
-                self.console.print("A reply cannot be empty.")
-        args = self._edit_args(item, start_args if start_args is not None else item.args)
-        if args == item.args:
-            self.console.print("The arguments are unchanged, so the call is approved as proposed.")
-            return {"type": "approve"}
-        return {"type": "edit", "edited_action": {"name": item.name, "args": args}}
+        while True:
+            kind = self._choose(item, answered=answered, total=total)
+            if kind == "approve":
+                return {"type": "approve"}
+            if kind == "reject":
+                reason = self.ask("Reason for the agent (optional, Enter to skip):").strip()
+                return {"type": "reject", "message": reason} if reason else {"type": "reject"}
+            if kind == "respond":
+                while True:
+                    message = self.ask("Your reply, given to the agent instead of the tool's result:").strip()
+                    if message:
+                        return {"type": "respond", "message": message}
+                    self.console.print("A reply cannot be empty.")
+            args = self._edit_args(item)
+            if args is None:  # refused or abandoned: the proposal stands, and is shown again
+                self._render(item, index, total)
+                continue
+            if args == item.args:
+                self.console.print("The arguments are unchanged, so the call is approved as proposed.")
+                return {"type": "approve"}
+            return {"type": "edit", "edited_action": {"name": item.name, "args": args}}
 
-    def _choose(self, item: _ReviewItem) -> str:
+    def _choose(self, item: _ReviewItem, *, answered: int, total: int) -> str:
         keys = {_DECISION_KEYS.get(kind, kind): kind for kind in item.allowed}
         if self.allow_later:
             keys[_LATER_KEY] = _LATER
@@ -255,18 +280,39 @@ class TerminalReviewer:
             if answer in keys:
                 answer = keys[answer]
             if answer == _LATER and self.allow_later:
+                if answered and not self._later_confirmed(answered, total):
+                    continue
                 raise ReviewDeferred(item.name)
             if answer in item.allowed:
                 return answer
             self.console.print(f"Please answer one of: {', '.join(keys)}.")
 
-    def _edit_args(self, item: _ReviewItem, current: dict[str, Any]) -> dict[str, Any]:
-        self.console.print(Text("Current arguments", style="bold"))
-        self.console.print(_json(current))
+    def _later_confirmed(self, answered: int, total: int) -> bool:
+        self.console.print(
+            f"[yellow]You answered {answered} of the {total} calls in this review.[/] Later sends none of "
+            f"{'it' if answered == 1 else 'them'}: the whole review is asked again when you continue."
+        )
+        return self.ask("Leave the whole review for later? (y/N):").strip().lower() in ("y", "yes")
+
+    def _edit_args(self, item: _ReviewItem) -> dict[str, Any] | None:
+        """The edited arguments, checked; None when the edit is refused or abandoned."""
+        self.console.print(Text("Current arguments (as proposed)", style="bold"))
+        self.console.print(_json(item.args))
         while True:
-            raw = self.ask("New arguments as a JSON object, or Enter to edit field by field:").strip()
+            raw = self.ask(
+                "New arguments as a JSON object (the keys you give replace those shown), "
+                "Enter to edit field by field, v to edit the whole JSON in $EDITOR, b to go back:"
+            ).strip()
+            if raw.lower() == "b":
+                return None
             if not raw:
-                args = self._edit_fields(item, current)
+                args = self._edit_fields(item)
+                break
+            if raw.lower() == "v":
+                edited = self._edit_in_editor(item.args)
+                if edited is None:
+                    continue
+                args = edited
                 break
             try:
                 value = json.loads(raw)
@@ -274,14 +320,49 @@ class TerminalReviewer:
                 self.console.print(f"That is not valid JSON ({escape(exc.msg)}); try again.")
                 continue
             if isinstance(value, dict):
-                args = value
+                args = {**item.args, **value}
                 break
             self.console.print('The arguments must be a JSON object, like {"query": "..."}.')
+        problem = self._problem(item, args)
+        if problem is not None:
+            self.console.print(f"[red]handrail refused the answer:[/] {escape(problem)}")
+            self.console.print("The edit was not kept; the call stands as proposed.")
+            return None
         self.console.print(Text("Edited arguments", style="bold"))
         self.console.print(_json(args))
         return args
 
-    def _edit_fields(self, item: _ReviewItem, current: dict[str, Any]) -> dict[str, Any]:
+    def _edit_in_editor(self, current: dict[str, Any]) -> dict[str, Any] | None:
+        text = json.dumps(current, indent=2, ensure_ascii=False, default=str) + "\n"
+        try:
+            saved = self.edit_text(text)
+        except EditorUnavailableError as exc:
+            self.console.print(f"[yellow]{escape(str(exc))}[/]")
+            return None
+        try:
+            value = json.loads(saved)
+        except json.JSONDecodeError as exc:
+            self.console.print(f"What the editor saved is not valid JSON ({escape(exc.msg)}); try again.")
+            return None
+        if not isinstance(value, dict):
+            self.console.print("What the editor saved is not a JSON object; try again.")
+            return None
+        return value
+
+    def _problem(self, item: _ReviewItem, args: dict[str, Any]) -> str | None:
+        if self.check is not None:
+            try:
+                self.check(item.name, args)
+            except ValueError as exc:
+                return str(exc)
+            return None
+        problems = schema_problems(item.schema, args)
+        if not problems:
+            return None
+        return f"arguments for {item.name!r} do not match its schema: " + "; ".join(problems)
+
+    def _edit_fields(self, item: _ReviewItem) -> dict[str, Any]:
+        current = item.args
         properties: dict[str, Any] = dict((item.schema or {}).get("properties", {}))
         edited = dict(current)
         if properties:
@@ -289,10 +370,13 @@ class TerminalReviewer:
                 self.console.print(f"Dropping {escape(name)}: {escape(item.name)} takes no such argument.")
                 del edited[name]
         for name in properties or current:
-            shown = preview(current[name]) if name in current else "not set"
-            raw = self.ask(f"{name} [{shown}] (Enter keeps it):").strip()
+            text = _is_text_field(properties.get(name), current.get(name))
+            shown = _full(current[name]) if name in current else "not set"
+            self.console.print(Text.assemble((f"{name} now: ", "bold"), shown))
+            hint = ', or a "JSON string" for new lines (\\n)' if text else ""
+            raw = self.ask(f"{name} (Enter keeps it{hint}):").strip()
             if raw:
-                edited[name] = raw if _is_text_field(properties.get(name), current.get(name)) else _loose(raw)
+                edited[name] = read_text_value(raw) if text else _loose(raw)
         return edited
 
 
@@ -303,6 +387,10 @@ def _verdict(item: _ReviewItem, decision: Mapping[str, Any]) -> Verdict:
     if kind == "edit":
         return Verdict("edited", dict(decision["edited_action"]["args"]))
     return Verdict("rejected" if kind == "reject" else "answered", None)
+
+
+def _full(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _without_default_args(description: str, name: str) -> str:

@@ -26,10 +26,16 @@ class Interrupt:
     ``value`` is what the pausing code asked (for the human-in-the-loop middleware a
     ``HITLRequest``); ``id`` is unique among the thread's pending interrupts and stable
     across reads, so an answer addressed to it can never land on a newer one.
+
+    It hashes by its ``id``, so it may key a resume map: ``Command(resume={intr: answer})``
+    is read as ``Command(resume={intr.id: answer})``.
     """
 
     value: Any
     id: str
+
+    def __hash__(self) -> int:
+        return hash(self.id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -547,12 +547,13 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
 def _parse_policy(tool_name: str, config: Any) -> _Policy | None:
     if config is True:
         return _Policy(DECISION_TYPES, None, None, None)
-    if config is False or config is None:
+    if config is False:
         return None
     if not isinstance(config, Mapping):
+        # None, 0, "yes"...: a bad config never means "not reviewed" (SPEC §3).
         raise ConfigurationError(
             f"interrupt_on[{tool_name!r}] must be True, False or a dict with 'allowed_decisions', "
-            f"got {_short(config)}"
+            f"got {_short(config)} (False turns review off for this tool)"
         )
     unknown = sorted(set(config) - _CONFIG_KEYS - set(_LEGACY_KEYS))
     if unknown:

@@ -65,7 +65,7 @@ from handrail.middleware.human_in_the_loop import reject_message
 from handrail.middleware.types import ResumeContext
 from handrail.runtime.events import Event
 from handrail.runtime.fold import InterruptRecord, StartedTool, ThreadFold
-from handrail.types import Command
+from handrail.types import Command, Interrupt
 
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec
@@ -81,6 +81,7 @@ __all__ = [
 ]
 
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
+_HEXISH_RE = re.compile(r"^[0-9a-fA-F]{6,64}$")
 OUTCOME_DECISIONS = ("approve", "respond", "reject")
 
 
@@ -215,10 +216,9 @@ def target_answers(fold: ThreadFold, pending: Mapping[str, InterruptRecord], res
     the single pending interrupt.
     """
     thread = fold.thread_id
-    is_map = (
-        isinstance(resume, Mapping) and bool(resume) and all(looks_like_interrupt_id(key) for key in resume)
-    )
+    is_map = _is_resume_map(fold, pending, resume)
     if is_map:
+        resume = {_key_id(key): value for key, value in resume.items()}
         unknown = [key for key in resume if key not in pending]
         already = [key for key in unknown if key in fold.answered_ids]
         if already:
@@ -299,6 +299,30 @@ def _json_problem(value: Any) -> str | None:
         elif isinstance(item, (list, tuple)):
             stack.extend((inner, depth + 1, f"{path}[{i}]") for i, inner in enumerate(item))
     return None
+
+
+def _key_id(key: Any) -> Any:
+    """A resume map's key as an interrupt id: an ``Interrupt`` object stands for its ``id``."""
+    return key.id if isinstance(key, Interrupt) else key
+
+
+def _is_resume_map(fold: ThreadFold, pending: Mapping[str, InterruptRecord], resume: Any) -> bool:
+    """Whether ``resume`` is meant as ``{interrupt_id: answer}`` rather than one bare answer.
+
+    It is when every key is id-like (a full id, an ``Interrupt``, or a string of hex digits
+    such as a shortened or mistyped id), or when any key names an interrupt of the thread:
+    then unknown keys are reported as unknown ids, not read as a malformed answer.
+    """
+    if not isinstance(resume, Mapping) or not resume:
+        return False
+    known = set(pending) | set(fold.answered_ids) | set(fold.superseded_ids)
+    if any(isinstance(key, Interrupt) or key in known for key in resume):
+        return True
+    return all(looks_like_interrupt_id(key) or _hexish(key) for key in resume)
+
+
+def _hexish(key: Any) -> bool:
+    return isinstance(key, str) and bool(_HEXISH_RE.match(key))
 
 
 def validate_answer(spec: AgentSpec, fold: ThreadFold, record: InterruptRecord, answer: Any) -> Any:
@@ -425,9 +449,8 @@ def coerce_update(
         raise InvalidInputError(f"{where} must be a dict of state keys, got {type(values).__name__}")
     unknown = sorted(key for key in values if key not in spec.state_keys)
     if unknown:
-        raise InvalidInputError(
-            f"{where} has unknown state key(s) {unknown}; the agent's state has {sorted(spec.state_keys)}"
-        )
+        public = sorted(key for key in spec.state_keys if not key.startswith("_"))
+        raise InvalidInputError(f"{where} has unknown state key(s) {unknown}; the agent's state has {public}")
     out = dict(values)
     if "messages" in out:
         try:
