@@ -354,53 +354,6 @@ def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
         assert mine.list_pending(PendingFilter(metadata={"team": "a"})) == []
 
 
-def test_an_append_sent_without_waiting_is_confirmed_by_the_next_call_for_its_thread(
-    postgres: str, schema: str
-) -> None:
-    """Rules 7 and 8: ``append(wait=False)`` is sent, committed by the server meanwhile, and
-    its answer read on the thread's next call, which raises its conflict and saves nothing."""
-    with (
-        PostgresSaver.from_conn_string(postgres, schema=schema, pool_size=4) as saver,
-        PostgresSaver.from_conn_string(postgres, schema=schema) as other,
-    ):
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        saver.append("t", events(2, 2), expected_seq=1, record=record("t", 3), durable=False, wait=False)
-        assert set(saver._parked) == {"t"}  # its connection waits for the answer
-        assert saver.get_thread("t") == record("t", 3)  # the thread's next call reads it first
-        assert saver._parked == {}
-        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4), durable=False, wait=False)
-        saver.append("t", events(5, 1), expected_seq=4, record=record("t", 5))  # the next append, too
-        assert [e.seq for e in other.read("t").events] == [1, 2, 3, 4, 5]
-
-        # its error comes back on the thread's next call, and that call saves nothing
-        other.append("t", events(6, 1), expected_seq=5, record=record("t", 6))
-        saver.append("t", events(6, 1), expected_seq=5, record=record("t", 6), durable=False, wait=False)
-        with pytest.raises(ConflictError, match="'t'"):
-            saver.append("t", events(7, 1), expected_seq=6, record=record("t", 7))
-        assert other.get_thread("t") == record("t", 6)
-        saver.append("t", events(7, 1), expected_seq=6, record=record("t", 7))  # and then it goes on
-
-        # at most half the pool waits so; the rest wait as before, and close() reads them all
-        for n in range(3):
-            saver.append(f"u{n}", events(1, 1), expected_seq=0, record=record(f"u{n}", 1))
-            saver.append(
-                f"u{n}", events(2, 1), expected_seq=1, record=record(f"u{n}", 2), durable=False, wait=False
-            )
-        assert len(saver._parked) == 2
-        saver.close()
-        assert saver._parked == {}
-        assert [other.get_thread(f"u{n}") for n in range(3)] == [record(f"u{n}", 2) for n in range(3)]
-
-
-def test_a_saver_on_one_connection_always_waits(postgres: str, schema: str) -> None:
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        saver = PostgresSaver(conn, schema=schema)
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2), durable=False, wait=False)
-        assert saver._parked == {} and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        saver.close()
-
-
 # Round trips, the liveness lock, page keys, migrations -------------------------------------------------
 def _round_trips(conn: Any, path: str, call: Any) -> int:
     """How many times ``call`` waited for the server: its ReadyForQuery messages (libpq trace)."""

@@ -442,23 +442,6 @@ class _Cleared:
         self.heads.pop(thread_id, None)
 
 
-class _Parked:
-    """An append sent without waiting for the server's answer, on a connection kept for it."""
-
-    __slots__ = ("conn", "expected_seq", "query", "record", "thread_id")
-
-    def __init__(
-        self,
-        conn: psycopg.Connection[Any],
-        thread_id: str,
-        expected_seq: int,
-        record: ThreadRecord,
-        query: Query,
-    ) -> None:
-        self.conn, self.thread_id, self.expected_seq = conn, thread_id, expected_seq
-        self.record, self.query = record, query
-
-
 # The sync saver ------------------------------------------------------------------------------
 class PostgresSaver(BaseCheckpointSaver):
     """Keeps threads in PostgreSQL; share one saver per process between threads.
@@ -506,8 +489,6 @@ class PostgresSaver(BaseCheckpointSaver):
         self._owner_key: int | None = None
         self._claimed: set[tuple[str, str]] = set()
         self._cleared = _Cleared()
-        self._parked: dict[str, _Parked] = {}
-        self._parked_lock = threading.Lock()
 
     @classmethod
     def from_conn_string(
@@ -594,13 +575,6 @@ class PostgresSaver(BaseCheckpointSaver):
 
     def close(self) -> None:
         """Release this saver's runs and its liveness lock; close the pool it opened."""
-        with self._parked_lock:
-            parked, self._parked = list(self._parked.values()), {}
-        for append in parked:
-            try:
-                self._settle(append)
-            except Exception:
-                pass  # its run has ended without hearing of it: nothing else waits for it
         with self._owner_lock:
             key, owner, self._owner_conn, self._owner_key = self._owner_key, self._owner_conn, None, None
             self._claimed.clear()
@@ -618,7 +592,7 @@ class PostgresSaver(BaseCheckpointSaver):
             self._pool.close()
 
     # The protocol ----------------------------------------------------------------------
-    def append(
+    def append(  # type: ignore[override]  # base.py's ``wait`` goes in the same change (issue 12)
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
@@ -629,26 +603,10 @@ class PostgresSaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
-        """Append events (see the store protocol).
-
-        ``wait=False`` (with ``durable=False``, no claim, release or reading): the caller
-        makes no change outside the run before its next call for this thread - the
-        runtime passes it for the commit just before a model call - so the append may
-        return once it is sent. The server commits it while the model works; the
-        saver's next call for this thread (any method) reads the answer first and
-        raises the append's error, if any. The connection stays with the append until
-        then, for at most half the pool at a time; with a single connection, or a full
-        half, the append waits as usual.
-        """
+        """Append events (see the store protocol); returns once the server has committed them."""
         check_append(thread_id, events, expected_seq, record)
         check_reading(reading, record)
-        self._confirm(thread_id)
-        if not (wait or durable or claim or release or reading) and self._park(
-            thread_id, events, expected_seq, record
-        ):
-            return
         released = self._forget_claim(thread_id, release)
         try:
             for attempt in range(2):
@@ -684,11 +642,9 @@ class PostgresSaver(BaseCheckpointSaver):
     def read(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
-        self._confirm(thread_id)
         return self._run(self._queries.read(thread_id, after_seq, upto_seq, from_reading))
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        self._confirm(thread_id)
         return self._run(self._queries.get_thread(thread_id))
 
     def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
@@ -698,7 +654,6 @@ class PostgresSaver(BaseCheckpointSaver):
         return self._run(self._queries.list_pending(filter))
 
     def delete_thread(self, thread_id: str) -> bool:
-        self._confirm(thread_id)
         self._cleared.forget(thread_id)
         return self._run(self._queries.delete_thread(thread_id))
 
@@ -707,11 +662,9 @@ class PostgresSaver(BaseCheckpointSaver):
     ) -> int:
         if snapshot.seq != upto_seq:
             raise ValueError(f"the snapshot must take the place of event {upto_seq}")
-        self._confirm(thread_id)
         return self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
 
     def claim_run(self, thread_id: str, run_id: str) -> None:
-        self._confirm(thread_id)
         for attempt in range(2):
             owner = self._owner()
             try:
@@ -725,12 +678,10 @@ class PostgresSaver(BaseCheckpointSaver):
             self._claimed.add((thread_id, run_id))
 
     def release_run(self, thread_id: str, run_id: str) -> None:
-        self._confirm(thread_id)
         self._forget_claim(thread_id, run_id)
         self._run(self._queries.release_run(thread_id, run_id))
 
     def runs_alive(self, thread_id: str) -> set[str]:
-        self._confirm(thread_id)
         return self._run(self._queries.runs_alive(thread_id))
 
     # This saver's liveness lock ------------------------------------------------------------
@@ -738,69 +689,6 @@ class PostgresSaver(BaseCheckpointSaver):
     # still held: the claim's own transaction checks, and when no session holds the lock
     # (the liveness connection was lost) it fails, saving nothing; the saver then takes
     # the lock again, re-claims its runs and tries once more.
-    # Appends sent without waiting --------------------------------------------------------
-    def _park(
-        self, thread_id: str, events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord
-    ) -> bool:
-        """Send a relaxed append and keep its connection for :meth:`_confirm`; False: not here."""
-        pool = self._pool
-        if pool is None or len(self._parked) >= max(1, pool.max_size // 2):
-            return False
-        if not self._ready:
-            self.setup()
-        op = self._queries.append(
-            thread_id,
-            events,
-            expected_seq,
-            record,
-            durable=False,
-            clear=self._cleared.rows_at(thread_id, expected_seq, record.epoch),
-        )
-        (query,) = next(op)
-        op.close()
-        conn = pool.getconn()
-        try:
-            usable = _usable(conn, query) if conn.autocommit else None
-            if usable is None:
-                pool.putconn(conn)
-                return False
-            statement, values, prepared = usable
-            _drive(conn, _send(conn.pgconn, statement, values, prepared))
-            conn.wait(generators.send(conn.pgconn))  # all of it is on its way: the server goes on alone
-        except BaseException as exc:
-            pool.putconn(conn)  # the pool throws away a connection left mid-query
-            if isinstance(exc, psycopg.Error):
-                raise _append_error(self._queries, exc, thread_id, expected_seq) from None
-            raise
-        with self._parked_lock:
-            self._parked[thread_id] = _Parked(conn, thread_id, expected_seq, record, query)
-        return True
-
-    def _confirm(self, thread_id: str) -> None:
-        """Read the answer to an append sent for ``thread_id`` without waiting; raise its error."""
-        if not self._parked:
-            return
-        with self._parked_lock:
-            parked = self._parked.pop(thread_id, None)
-        if parked is not None:
-            self._settle(parked)
-
-    def _settle(self, parked: _Parked) -> None:
-        conn = parked.conn
-        assert self._pool is not None
-        try:
-            try:
-                results = conn.wait(generators.fetch_many(conn.pgconn))
-                if _failed(results, _NOT_PREPARED) is not None:  # the session lost it: send it again
-                    _PREPARED.pop(conn, None)
-                    _run_prepared(conn, parked.query)
-            finally:
-                self._pool.putconn(conn)
-        except psycopg.Error as exc:
-            self._cleared.forget(parked.thread_id)
-            raise _append_error(self._queries, exc, parked.thread_id, parked.expected_seq) from None
-        self._cleared.appended(parked.thread_id, parked.record)
-
     def _owner(self) -> tuple[int, object]:
         """This saver's key and the connection that holds its lock (locking on first use)."""
         with self._owner_lock:
@@ -1000,7 +888,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
             await self._pool.close()
 
     # The protocol, async ----------------------------------------------------------------------
-    async def aappend(
+    async def aappend(  # type: ignore[override]  # base.py's ``wait`` goes in the same change
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
@@ -1011,7 +899,6 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
         check_reading(reading, record)
@@ -1145,7 +1032,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
             )
         return asyncio.run_coroutine_threadsafe(make(), loop).result()
 
-    def append(
+    def append(  # type: ignore[override]  # base.py's ``wait`` goes in the same change (issue 12)
         self,
         thread_id: str,
         events: Sequence[StoredEvent],
@@ -1156,7 +1043,6 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
-        wait: bool = True,
     ) -> None:
         self._call(
             lambda: self.aappend(
