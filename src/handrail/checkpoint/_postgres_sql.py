@@ -21,6 +21,7 @@ import base64
 import itertools
 import math
 import re
+import secrets
 import struct
 import time
 import zlib
@@ -267,9 +268,6 @@ def _bare(prefix: str) -> str:
 class Query:
     sql: str
     params: Sequence[Any] | Mapping[str, Any] | None = ()  # None: ``%`` is literal (migrations)
-    # True: a server-side prepared statement from its first use (psycopg waits for the
-    # fifth by default), for the statements every run makes over and over: appends
-    prepare: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,7 +476,7 @@ class Queries:
                 clear=2 if expected_seq == 0 else clear,
                 tag=bool(record.metadata),
             )
-        yield [Query(sql, params, prepare=True)]
+        yield [Query(sql, params)]
 
     def _build_append(
         self,
@@ -856,6 +854,29 @@ class Queries:
         return items
 
     # Run liveness ------------------------------------------------------------------------
+    def take_lock(self, prefer: int | None, *, hold: bool = False) -> Op[int]:
+        """Take a liveness lock on a free key (``prefer`` first, then random ones); the key.
+
+        ``hold=False``: a session lock, on the saver's only connection. ``hold=True``, on
+        the saver's liveness connection: the lock belongs to a transaction this operation
+        leaves open for the life of the connection. A pooler in transaction mode (PgBouncer)
+        keeps a server connection with its client while the client's transaction is open
+        and closes it when the client goes mid-transaction, so the lock lives exactly as
+        long as the client's connection, through a pooler or not (a session lock would stay
+        on the pooler's server connection, with other clients). The transaction reads
+        nothing, so it holds back no vacuum; the server's idle-in-transaction timeout is
+        turned off for it, and its TCP keepalives set (see :data:`_KEEPALIVES`).
+        """
+        if hold:
+            yield [BEGIN, Query("SET LOCAL idle_in_transaction_session_timeout = 0"), Query(_KEEPALIVES)]
+        take = "SELECT pg_try_advisory_xact_lock(%s)" if hold else "SELECT pg_try_advisory_lock(%s)"
+        key = prefer if prefer is not None else new_key()
+        while True:
+            (result,) = yield [Query(take, (key,))]
+            if result.rows[0][0]:
+                return key
+            key = new_key()
+
     def claim_run(self, thread_id: str, run_id: str, owner_key: int) -> Op[None]:
         yield [
             Query(
@@ -890,6 +911,20 @@ class Queries:
             )
         ]
         return {row[0] for row in result.rows}
+
+
+# The server probes a silent client after 15 s, every 5 s, 3 times: a liveness session
+# whose host vanished (power, network) is ended, and its lock freed, within ~30 s. Set for
+# the liveness transaction (``is_local``): behind a pooler, the server connection is not ours.
+_KEEPALIVES = (
+    "SELECT set_config('tcp_keepalives_idle', '15', true), "
+    "set_config('tcp_keepalives_interval', '5', true), set_config('tcp_keepalives_count', '3', true)"
+)
+
+
+def new_key() -> int:
+    """A random liveness key: positive, 62 bits."""
+    return secrets.randbits(62) + 1
 
 
 def _probe(key: str) -> str:

@@ -42,12 +42,16 @@ another value (a list, an object, a long string) is compared on the thread's row
 
 Every operation is written once (``_postgres_sql.py``), as a generator that yields
 batches of SQL and receives their results; :func:`_run_sync` and :func:`_run_async`
-perform it.
+perform it with psycopg's public API (``execute``, prepared by psycopg once a
+statement has run ``prepare_threshold`` times on a connection; a batch of several
+statements in pipeline mode).
 
 Run liveness (SPEC rule 9)
 --------------------------
-Each saver holds a *session-level advisory lock* on a random 62-bit key, on a
-connection of its own (or on the one connection it was given). A claimed run is a
+Each saver holds an *advisory lock* on a random 62-bit key, on a connection of its
+own, in a transaction left open for the life of that connection (so that a pooler in
+transaction mode, PgBouncer, keeps one server connection with it and closes that one
+when the client goes); or, on the one connection it was given, a session lock. A claimed run is a
 ``runs`` row naming that key, and a run is alive while some session holds the lock on
 its key, which ``runs_alive`` reads from ``pg_locks``. The server releases a session's
 locks when its connection ends, and a dead process cannot keep a connection: a killed
@@ -72,12 +76,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
-import secrets
 import threading
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -85,7 +85,6 @@ from typing import Any, TypeVar
 try:
     import psycopg
     import psycopg.errors
-    from psycopg import generators, pq
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
@@ -93,7 +92,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "pip install 'handrail[postgres]'"
     ) from exc
 
-from handrail.checkpoint._postgres_sql import CONFLICT_STATE, LOST_LOCK_STATE, Op, Queries, Query, Result
+from handrail.checkpoint._postgres_sql import CONFLICT_STATE, LOST_LOCK_STATE, Op, Queries, Result
 from handrail.checkpoint._records import Migration, check_append, check_reading, conflict
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
@@ -106,22 +105,33 @@ from handrail.checkpoint.base import (
 )
 from handrail.errors import ConfigurationError, SerializationError
 
-__all__ = ["AsyncPostgresSaver", "PostgresSaver"]
+__all__ = ["PREPARE_THRESHOLD", "AsyncPostgresSaver", "PostgresSaver"]
 
 T = TypeVar("T")
 
+PREPARE_THRESHOLD = 2
+"""``from_conn_string``'s default: a statement is prepared on a connection at its third run.
+
+The savers run few distinct statements (an append has a handful of shapes), each many
+times; preparing one saves the server's parse and plan of it on every later run.
+"""
+
 
 # Drivers: perform the operations of _postgres_sql.py --------------------------------------
+# psycopg's public API only: ``execute`` (which prepares a statement on the server once it
+# has run ``prepare_threshold`` times on a connection) and, for a batch of several
+# statements, pipeline mode (one round trip).
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
-def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
+def _run_sync(conn: psycopg.Connection[Any], op: Op[T], *, stay_open: bool = False) -> T:
     """Perform an operation, each batch in one round trip (several statements: one pipeline).
 
     Every operation but setup is one statement, so one transaction. A batch of several
     statements brings its own ``BEGIN``/``COMMIT``. If anything fails, a transaction
     left open is rolled back (one more round trip, on the error path only).
+    ``stay_open``: the operation leaves its transaction open on purpose (the liveness lock).
     """
     results: Any = None  # a just-started generator only accepts None
     try:
@@ -131,12 +141,8 @@ def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
             except StopIteration as stop:
                 value: T = stop.value
                 break
-            if len(batch) == 1 and batch[0].prepare:  # an append: straight to libpq
-                results = _run_prepared(conn, batch[0])
-                if results is not None:
-                    continue
             if len(batch) == 1:  # the usual case: no pipeline needed for one statement
-                cursors = [conn.execute(batch[0].sql, batch[0].params, prepare=batch[0].prepare)]
+                cursors = [conn.execute(batch[0].sql, batch[0].params)]
             else:
                 with conn.pipeline():
                     cursors = [conn.execute(query.sql, query.params) for query in batch]
@@ -151,13 +157,13 @@ def _run_sync(conn: psycopg.Connection[Any], op: Op[T]) -> T:
             except psycopg.Error:
                 pass  # the connection is unusable; the pool discards it
         raise
-    if conn.info.transaction_status != _IDLE:
+    if conn.info.transaction_status != _IDLE and not stay_open:
         conn.rollback()
         raise RuntimeError("a handrail operation left its transaction open")  # a bug in _postgres_sql
     return value
 
 
-async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
+async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T], *, stay_open: bool = False) -> T:
     """Async :func:`_run_sync`."""
     results: Any = None  # a just-started generator only accepts None
     try:
@@ -167,12 +173,8 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
             except StopIteration as stop:
                 value: T = stop.value
                 break
-            if len(batch) == 1 and batch[0].prepare:
-                results = await _run_prepared_async(conn, batch[0])
-                if results is not None:
-                    continue
             if len(batch) == 1:
-                cursors = [await conn.execute(batch[0].sql, batch[0].params, prepare=batch[0].prepare)]
+                cursors = [await conn.execute(batch[0].sql, batch[0].params)]
             else:
                 async with conn.pipeline():
                     cursors = [await conn.execute(query.sql, query.params) for query in batch]
@@ -187,185 +189,10 @@ async def _run_async(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
             except psycopg.Error:
                 pass
         raise
-    if conn.info.transaction_status != _IDLE:
+    if conn.info.transaction_status != _IDLE and not stay_open:
         await conn.rollback()
         raise RuntimeError("a handrail operation left its transaction open")
     return value
-
-
-# Prepared statements sent through libpq ----------------------------------------------------
-# An append is one statement, made several times a review cycle. psycopg's execute adapts
-# each parameter through its type registry and builds a cursor: about as much client time
-# as the statement's round trip. The appends' parameters are plain (text, integers,
-# floats, bytes), so the saver encodes them itself and sends the prepared statement with
-# libpq (``Connection.pgconn``), then waits for it through the connection as psycopg does
-# (``Connection.wait``: interruptible, non-blocking). Anything else - a list parameter, a
-# client encoding other than UTF-8 - goes through psycopg's execute as before.
-_PLACEHOLDER = re.compile(r"%\((\w+)\)([sb])|%%")
-
-
-class _Statement:
-    """A statement in libpq's form: ``$n`` placeholders, its name, each parameter's key."""
-
-    __slots__ = ("binary", "formats", "keys", "name", "sql")
-
-    def __init__(self, sql: str) -> None:
-        numbers: dict[str, int] = {}
-        binary: list[bool] = []
-
-        def placeholder(match: re.Match[str]) -> str:
-            if match.group(0) == "%%":
-                return "%"
-            key, is_binary = match.group(1), match.group(2) == "b"
-            if key not in numbers:
-                numbers[key] = len(numbers) + 1
-                binary.append(is_binary)
-            elif binary[numbers[key] - 1] != is_binary:
-                raise ValueError(f"parameter {key!r} is used both as text and as binary")
-            return f"${numbers[key]}"
-
-        text = _PLACEHOLDER.sub(placeholder, sql)
-        self.sql = text.encode()
-        self.name = b"handrail_" + hashlib.blake2b(self.sql, digest_size=10).hexdigest().encode()
-        self.keys = tuple(numbers)
-        self.binary = tuple(binary)
-        self.formats = [1 if b else 0 for b in binary]
-
-
-_STATEMENTS: dict[str, _Statement] = {}
-# the statements prepared on each connection (a new connection starts with none)
-_PREPARED: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
-_NOT_PREPARED = b"26000"  # invalid_sql_statement_name: the session lost its statements
-_ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement: prepared before we lost count
-
-
-def _statement(sql: str) -> _Statement:
-    found = _STATEMENTS.get(sql)
-    if found is None:
-        found = _STATEMENTS[sql] = _Statement(sql)
-    return found
-
-
-def _encoded(statement: _Statement, params: Any) -> list[bytes | None] | None:
-    """The parameters as libpq takes them, or None: one of them needs psycopg's adapters."""
-    if not isinstance(params, dict):
-        return None
-    values: list[bytes | None] = []
-    for key, binary in zip(statement.keys, statement.binary, strict=True):
-        value = params[key]
-        kind = type(value)
-        if binary:
-            if kind is bytes:
-                values.append(value)
-            elif kind is bytearray or kind is memoryview:
-                values.append(bytes(value))
-            else:
-                return None
-        elif kind is str:
-            if "\x00" in value:  # libpq would cut a text parameter there
-                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
-            values.append(value.encode())
-        elif kind is int:
-            values.append(str(value).encode())
-        elif kind is float:
-            values.append(repr(value).encode())  # exact; 'inf' and 'nan' are read too
-        elif kind is bool:
-            values.append(b"t" if value else b"f")
-        elif value is None:
-            values.append(None)
-        else:
-            return None
-    return values
-
-
-def _usable(conn: Any, query: Query) -> tuple[_Statement, list[bytes | None], set[bytes]] | None:
-    """The statement, its parameters and the names prepared on ``conn``; None: use psycopg."""
-    statement = _statement(query.sql)
-    values = _encoded(statement, query.params)
-    if values is None or conn.pgconn.pipeline_status or conn.info.encoding != "utf-8":
-        return None
-    prepared = _PREPARED.get(conn)
-    if prepared is None:
-        prepared = _PREPARED[conn] = set()
-    return statement, values, prepared
-
-
-def _failed(results: list[Any], also_fine: bytes = b"") -> bytes | None:
-    """Raise the first error among ``results`` (as psycopg would); its SQLSTATE if expected."""
-    for result in results:
-        if result.status == pq.ExecStatus.FATAL_ERROR:
-            state = result.error_field(pq.DiagnosticField.SQLSTATE)
-            if state == also_fine:
-                return state  # type: ignore[no-any-return]
-            raise psycopg.errors.error_from_result(result, encoding="utf-8")
-    return None
-
-
-# A statement's exchanges with the server, written once: each ``yield`` hands a libpq
-# generator to wait on (``Connection.wait``, sync or async) and receives its results.
-_Exchange = Generator[Any, Any, "list[Result] | None"]
-
-
-def _prepare(pgconn: Any, statement: _Statement, prepared: set[bytes]) -> Generator[Any, Any, None]:
-    """Prepare ``statement`` on this session unless it already was."""
-    if statement.name not in prepared:
-        pgconn.send_prepare(statement.name, statement.sql)
-        _failed((yield generators.execute(pgconn)), _ALREADY_PREPARED)
-        prepared.add(statement.name)
-
-
-def _send(
-    pgconn: Any, statement: _Statement, values: list[bytes | None], prepared: set[bytes]
-) -> Generator[Any, Any, None]:
-    """Send ``statement`` with ``values`` (preparing it first on this session if need be)."""
-    yield from _prepare(pgconn, statement, prepared)
-    pgconn.send_query_prepared(statement.name, values, param_formats=statement.formats)
-
-
-def _prepared_exchange(conn: Any, query: Query) -> _Exchange:
-    """Perform a statement prepared once per connection; None if it needs psycopg's execute.
-
-    Its rows are not read: the statements made this way (appends) return none that matter.
-    """
-    usable = _usable(conn, query)
-    if usable is None:
-        return None
-    statement, values, prepared = usable
-    pgconn = conn.pgconn
-    for _ in range(2):
-        yield from _send(pgconn, statement, values, prepared)
-        results = yield generators.execute(pgconn)
-        if _failed(results, _NOT_PREPARED) is None:
-            return [Result([], -1) for _ in results]
-        prepared.clear()  # the session lost its statements (DISCARD ALL): prepare again
-    raise RuntimeError("the server forgot a statement just prepared")  # pragma: no cover
-
-
-def _drive(conn: psycopg.Connection[Any], exchange: Generator[Any, Any, T]) -> T:
-    """Run an exchange to its end, waiting with blocking calls."""
-    answer = None
-    while True:
-        try:
-            wait_for = exchange.send(answer)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        answer = conn.wait(wait_for)
-
-
-def _run_prepared(conn: psycopg.Connection[Any], query: Query) -> list[Result] | None:
-    """:func:`_prepared_exchange`, waiting with blocking calls."""
-    return _drive(conn, _prepared_exchange(conn, query))
-
-
-async def _run_prepared_async(conn: psycopg.AsyncConnection[Any], query: Query) -> list[Result] | None:
-    """:func:`_prepared_exchange`, waiting with ``await``."""
-    exchange, answer = _prepared_exchange(conn, query), None
-    while True:
-        try:
-            wait_for = exchange.send(answer)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        answer = await conn.wait(wait_for)
 
 
 def _append_error(queries: Queries, exc: psycopg.Error, thread_id: str, expected_seq: int) -> Exception:
@@ -377,18 +204,6 @@ def _append_error(queries: Queries, exc: psycopg.Error, thread_id: str, expected
     if isinstance(exc, psycopg.DataError):
         return _unstorable(thread_id, exc)
     return exc
-
-
-# The server probes a silent client after 15 s, every 5 s, 3 times: a liveness session
-# whose host vanished (power, network) is ended, and its lock freed, within ~30 s.
-_KEEPALIVES = (
-    "SELECT set_config('tcp_keepalives_idle', '15', false), "
-    "set_config('tcp_keepalives_interval', '5', false), set_config('tcp_keepalives_count', '3', false)"
-)
-
-
-def _new_key() -> int:
-    return secrets.randbits(62) + 1
 
 
 def _not_autocommit() -> ConfigurationError:
@@ -492,9 +307,19 @@ class PostgresSaver(BaseCheckpointSaver):
 
     @classmethod
     def from_conn_string(
-        cls, conn_string: str, *, schema: str | None = None, pool_size: int = 8
+        cls,
+        conn_string: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 8,
+        prepare_threshold: int | None = PREPARE_THRESHOLD,
     ) -> PostgresSaver:
         """Open a saver with its own connection pool; also a context manager that closes it.
+
+        ``prepare_threshold`` is psycopg's: a statement run that many times on a connection
+        is prepared on the server. Behind a pooler in transaction mode that does not track
+        prepared statements (PgBouncer before 1.21, or without ``max_prepared_statements``),
+        pass ``None``: no statement is prepared.
 
         Example::
 
@@ -503,7 +328,11 @@ class PostgresSaver(BaseCheckpointSaver):
         """
         _check_pool_size(pool_size)
         pool: ConnectionPool[Any] = ConnectionPool(
-            conn_string, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=True
+            conn_string,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
+            open=True,
         )
         saver = cls(pool, schema=schema)
         saver._owns_pool = True
@@ -695,7 +524,7 @@ class PostgresSaver(BaseCheckpointSaver):
             if self._pool is None:  # the one connection carries the lock
                 if self._owner_key is None:
                     with self._connection() as conn:
-                        self._owner_key = _lock_new_key(conn)
+                        self._owner_key = _run_sync(conn, self._queries.take_lock(None))
                 return self._owner_key, self._conn
             if self._owner_conn is None or self._owner_conn.closed or self._owner_key is None:
                 self._relock()
@@ -708,7 +537,7 @@ class PostgresSaver(BaseCheckpointSaver):
             if self._pool is None:
                 if self._owner_key == seen[0]:
                     with self._connection() as conn:
-                        self._owner_key = _lock_new_key(conn, prefer=self._owner_key)
+                        self._owner_key = _run_sync(conn, self._queries.take_lock(self._owner_key))
                     self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
             elif (self._owner_key, self._owner_conn) == seen:
                 self._relock()
@@ -720,7 +549,7 @@ class PostgresSaver(BaseCheckpointSaver):
             self._owner_conn.close()
         self._owner_conn = owner = _connect_like(self._pool)
         previous = self._owner_key
-        self._owner_key = _lock_new_key(owner, prefer=previous)
+        self._owner_key = _run_sync(owner, self._queries.take_lock(previous, hold=True), stay_open=True)
         if previous is not None:
             self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
 
@@ -738,23 +567,12 @@ class PostgresSaver(BaseCheckpointSaver):
                 self._claimed.add((thread_id, run_id))
 
 
-def _lock_new_key(conn: psycopg.Connection[Any], prefer: int | None = None) -> int:
-    """Take a session advisory lock on a free key (``prefer`` first) and return the key."""
-    key = prefer if prefer is not None else _new_key()
-    while True:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-        if row is not None and row[0]:
-            return key
-        key = _new_key()
-
-
 def _connect_like(pool: ConnectionPool[Any]) -> psycopg.Connection[Any]:
     conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
     kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
     connection: psycopg.Connection[Any] = pool.connection_class.connect(
         conninfo, **{**kwargs, "autocommit": True}
     )
-    connection.execute(_KEEPALIVES)
     return connection
 
 
@@ -804,12 +622,24 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
 
     @classmethod
     def from_conn_string(
-        cls, conn_string: str, *, schema: str | None = None, pool_size: int = 8
+        cls,
+        conn_string: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 8,
+        prepare_threshold: int | None = PREPARE_THRESHOLD,
     ) -> AsyncPostgresSaver:
-        """A saver with its own pool; use it with ``async with`` (it opens on first use too)."""
+        """A saver with its own pool; use it with ``async with`` (it opens on first use too).
+
+        ``prepare_threshold``: as in :meth:`PostgresSaver.from_conn_string`.
+        """
         _check_pool_size(pool_size)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            conn_string, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=False
+            conn_string,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
+            open=False,
         )
         saver = cls(pool, schema=schema)
         saver._owns_pool = True
@@ -986,7 +816,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
             if self._pool is None:
                 if self._owner_key is None:
                     async with self._connection() as conn:
-                        self._owner_key = await _lock_new_key_async(conn)
+                        self._owner_key = await _run_async(conn, self._queries.take_lock(None))
                 return self._owner_key, self._conn
             if self._owner_conn is None or self._owner_conn.closed or self._owner_key is None:
                 await self._relock()
@@ -998,7 +828,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
             if self._pool is None:
                 if self._owner_key == seen[0]:
                     async with self._connection() as conn:
-                        self._owner_key = await _lock_new_key_async(conn, prefer=self._owner_key)
+                        self._owner_key = await _run_async(conn, self._queries.take_lock(self._owner_key))
                     await self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
             elif (self._owner_key, self._owner_conn) == seen:
                 await self._relock()
@@ -1009,7 +839,9 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
             await self._owner_conn.close()
         self._owner_conn = owner = await _connect_like_async(self._pool)
         previous = self._owner_key
-        self._owner_key = await _lock_new_key_async(owner, prefer=previous)
+        self._owner_key = await _run_async(
+            owner, self._queries.take_lock(previous, hold=True), stay_open=True
+        )
         if previous is not None:
             await self._run(self._queries.reclaim_runs(sorted(self._claimed), self._owner_key))
 
@@ -1102,15 +934,4 @@ async def _connect_like_async(pool: AsyncConnectionPool[Any]) -> psycopg.AsyncCo
         kwargs = await kwargs
     kwargs = {**kwargs, "autocommit": True}
     connection: psycopg.AsyncConnection[Any] = await pool.connection_class.connect(conninfo, **kwargs)
-    await connection.execute(_KEEPALIVES)
     return connection
-
-
-async def _lock_new_key_async(conn: psycopg.AsyncConnection[Any], prefer: int | None = None) -> int:
-    key = prefer if prefer is not None else _new_key()
-    while True:
-        cursor = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-        row = await cursor.fetchone()
-        if row is not None and row[0]:
-            return key
-        key = _new_key()
