@@ -76,6 +76,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -85,6 +87,7 @@ from typing import Any, TypeVar
 try:
     import psycopg
     import psycopg.errors
+    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
@@ -103,11 +106,14 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
 )
-from handrail.errors import ConfigurationError, SerializationError
+from handrail.errors import ConfigurationError, SerializationError, StoreUnavailableError
 
-__all__ = ["PREPARE_THRESHOLD", "AsyncPostgresSaver", "PostgresSaver"]
+__all__ = ["CONNECT_TIMEOUT", "PREPARE_THRESHOLD", "AsyncPostgresSaver", "PostgresSaver"]
 
 T = TypeVar("T")
+
+CONNECT_TIMEOUT = 5
+"""``from_conn_string``'s default connect timeout, in seconds (libpq's ``connect_timeout``)."""
 
 PREPARE_THRESHOLD = 2
 """``from_conn_string``'s default: a statement is prepared on a connection at its third run.
@@ -226,6 +232,34 @@ def _check_pool_size(pool_size: int) -> None:
         raise ConfigurationError(f"pool_size must be at least 1, got {pool_size}")
 
 
+def _pool_kwargs(prepare_threshold: int | None, connect_timeout: float) -> dict[str, Any]:
+    """The connection options of a pool ``from_conn_string`` opens."""
+    if not connect_timeout > 0:
+        raise ConfigurationError(
+            f"connect_timeout must be a number of seconds above 0, got {connect_timeout!r}"
+        )
+    # libpq takes whole seconds, and waits at least 2
+    return {
+        "autocommit": True,
+        "prepare_threshold": prepare_threshold,
+        "connect_timeout": math.ceil(connect_timeout),
+    }
+
+
+def _unreachable(conninfo: str, exc: psycopg.Error) -> StoreUnavailableError:
+    """The error for a server that did not let us connect: where, and what it (or the network) said."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        params = {}
+    host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost")
+    port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    return StoreUnavailableError(
+        f"cannot connect to PostgreSQL at {host}:{port}: {reason}", host=host, port=port
+    )
+
+
 class _Cleared:
     """What this saver's own last append left in a thread's pending tables, at which head.
 
@@ -313,6 +347,7 @@ class PostgresSaver(BaseCheckpointSaver):
         schema: str | None = None,
         pool_size: int = 8,
         prepare_threshold: int | None = PREPARE_THRESHOLD,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> PostgresSaver:
         """Open a saver with its own connection pool; also a context manager that closes it.
 
@@ -321,18 +356,20 @@ class PostgresSaver(BaseCheckpointSaver):
         prepared statements (PgBouncer before 1.21, or without ``max_prepared_statements``),
         pass ``None``: no statement is prepared.
 
+        ``connect_timeout`` (seconds) bounds each attempt to connect. The pool opens on
+        first use (:meth:`setup`), once one connection has been made: a server that cannot
+        be reached fails then with :class:`~handrail.errors.StoreUnavailableError`, which
+        names its host and port and the reason given, instead of the pool retrying.
+
         Example::
 
             with PostgresSaver.from_conn_string("postgresql://localhost/app") as saver:
                 saver.setup()
         """
         _check_pool_size(pool_size)
+        kwargs = _pool_kwargs(prepare_threshold, connect_timeout)
         pool: ConnectionPool[Any] = ConnectionPool(
-            conn_string,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
-            open=True,
+            conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=False
         )
         saver = cls(pool, schema=schema)
         saver._owns_pool = True
@@ -397,6 +434,9 @@ class PostgresSaver(BaseCheckpointSaver):
         with self._setup_lock:
             if self._ready:
                 return
+            if self._owns_pool and self._pool is not None and self._pool.closed:
+                _connect_like(self._pool).close()  # the server answers (or we say why not) ...
+                self._pool.open()  # ... before the pool starts trying on its own
             migrations = self.schema_migrations()
             if self._run(self._queries.version(), ready=False) != migrations[-1].version:
                 self._run(self._queries.setup(migrations), ready=False)
@@ -570,9 +610,12 @@ class PostgresSaver(BaseCheckpointSaver):
 def _connect_like(pool: ConnectionPool[Any]) -> psycopg.Connection[Any]:
     conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
     kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs or {}
-    connection: psycopg.Connection[Any] = pool.connection_class.connect(
-        conninfo, **{**kwargs, "autocommit": True}
-    )
+    try:
+        connection: psycopg.Connection[Any] = pool.connection_class.connect(
+            conninfo, **{**kwargs, "autocommit": True}
+        )
+    except psycopg.OperationalError as exc:
+        raise _unreachable(conninfo, exc) from exc
     return connection
 
 
@@ -628,18 +671,18 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         schema: str | None = None,
         pool_size: int = 8,
         prepare_threshold: int | None = PREPARE_THRESHOLD,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> AsyncPostgresSaver:
         """A saver with its own pool; use it with ``async with`` (it opens on first use too).
 
-        ``prepare_threshold``: as in :meth:`PostgresSaver.from_conn_string`.
+        ``prepare_threshold`` and ``connect_timeout``: as in
+        :meth:`PostgresSaver.from_conn_string` (an unreachable server fails :meth:`setup`
+        with :class:`~handrail.errors.StoreUnavailableError`).
         """
         _check_pool_size(pool_size)
+        kwargs = _pool_kwargs(prepare_threshold, connect_timeout)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            conn_string,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
-            open=False,
+            conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=False
         )
         saver = cls(pool, schema=schema)
         saver._owns_pool = True
@@ -695,6 +738,8 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         async with self._lock("setup"):
             if self._ready:
                 return
+            if self._owns_pool and self._pool is not None and self._pool.closed:
+                await (await _connect_like_async(self._pool)).close()  # see PostgresSaver.setup
             migrations = self.schema_migrations()
             if await self._run(self._queries.version(), ready=False) != migrations[-1].version:
                 await self._run(self._queries.setup(migrations), ready=False)
@@ -933,5 +978,8 @@ async def _connect_like_async(pool: AsyncConnectionPool[Any]) -> psycopg.AsyncCo
     if isinstance(kwargs, Awaitable):
         kwargs = await kwargs
     kwargs = {**kwargs, "autocommit": True}
-    connection: psycopg.AsyncConnection[Any] = await pool.connection_class.connect(conninfo, **kwargs)
+    try:
+        connection: psycopg.AsyncConnection[Any] = await pool.connection_class.connect(conninfo, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise _unreachable(conninfo, exc) from exc
     return connection
