@@ -25,7 +25,7 @@ import secrets
 import struct
 import time
 import zlib
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -61,6 +61,7 @@ __all__ = [
     "CONFLICT_STATE",
     "LOST_LOCK_STATE",
     "Op",
+    "PostgresMigration",
     "Queries",
     "Query",
     "Result",
@@ -278,6 +279,32 @@ class Result:
 
 Op = Generator[list[Query], list[Result], T]
 
+
+@dataclass(frozen=True, slots=True)
+class PostgresMigration(Migration):
+    """A migration with a step in Python, run after its SQL, in the migration's transaction.
+
+    ``step(prefix)`` returns an operation: a generator that yields batches of
+    :class:`Query` (``prefix`` names the tables: ``f"{prefix}events"``) and receives
+    their :class:`Result` s, as every operation here does, so that both savers run it
+    (each batch in one round trip). It runs once, in version order with the SQL
+    migrations, inside the transaction of :meth:`Queries.setup`: if it raises, nothing
+    of the setup is saved and the schema keeps its version.
+
+    Example (rewrite every payload)::
+
+        def step(prefix: str) -> Op[None]:
+            (rows,) = yield [Query(f"SELECT thread_id, seq, payload FROM {prefix}events")]
+            for thread_id, seq, payload in rows.rows:
+                yield [Query(f"UPDATE {prefix}events SET payload = %s WHERE thread_id = %s AND seq = %s",
+                             (rewrite(payload), thread_id, seq))]
+
+        PostgresMigration(4, "rewrite payloads", (), step)
+    """
+
+    step: Callable[[str], Op[None]] | None = None
+
+
 BEGIN = Query("BEGIN")
 COMMIT = Query("COMMIT")
 
@@ -361,8 +388,14 @@ class Queries:
             ]
         for migration in migrations:
             if migration.version > current:
+                statements = [Query(statement, None) for statement in migration.statements]
+                if isinstance(migration, PostgresMigration) and migration.step is not None:
+                    if statements:
+                        yield statements
+                    yield from migration.step(self.prefix)  # in the same transaction, after its SQL
+                    statements = []
                 yield [
-                    *(Query(statement, None) for statement in migration.statements),
+                    *statements,
                     Query(
                         f"INSERT INTO {self.versions} (version, description) VALUES (%s, %s)",
                         (migration.version, migration.description),
