@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from _stores import drop_schema
 
-from handrail.checkpoint._postgres_sql import Op, PostgresMigration, Query
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import StoredEvent, ThreadRecord
+from handrail.checkpoint.postgres.schema import Op, PostgresMigration, Query
 
 pytest.importorskip("psycopg")
 from handrail.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from _stores import drop_schema, wait_until
 
-from handrail.checkpoint._postgres_sql import page_key
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.postgres.read import page_key
 from handrail.errors import ConfigurationError, ConflictError, SerializationError
 
 psycopg = pytest.importorskip("psycopg")
