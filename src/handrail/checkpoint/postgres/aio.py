@@ -21,7 +21,7 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
 )
-from handrail.checkpoint.postgres._base import LOST_LOCK_STATE, Op
+from handrail.checkpoint.postgres._base import Op
 from handrail.checkpoint.postgres.drivers import (
     CONNECT_TIMEOUT,
     PREPARE_THRESHOLD,
@@ -31,8 +31,9 @@ from handrail.checkpoint.postgres.drivers import (
     connect_like_async,
     run_async,
 )
+from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
-from handrail.checkpoint.postgres.write import Cleared, append_error
+from handrail.checkpoint.postgres.write import Cleared, append_flow
 from handrail.errors import ConfigurationError
 
 __all__ = ["AsyncPostgresSaver"]
@@ -208,33 +209,24 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         if release is not None:
             self._claimed.discard((thread_id, release))
         try:
-            for attempt in range(2):
-                owner = await self._owner() if claim is not None else None
-                op = self._queries.append(
+            await self._perform(
+                append_flow(
+                    self._queries,
+                    self._cleared,
                     thread_id,
                     events,
                     expected_seq,
                     record,
-                    claim=(claim, owner[0]) if claim is not None and owner is not None else None,
+                    claim=claim,
                     release=release,
                     durable=durable,
                     reading=reading,
-                    clear=self._cleared.rows_at(thread_id, expected_seq, record.epoch),
                 )
-                try:
-                    await self._run(op)
-                    break
-                except psycopg.Error as exc:
-                    if exc.sqlstate == LOST_LOCK_STATE and owner is not None and attempt == 0:
-                        await self._lock_again(owner)  # nothing was saved: take the lock, try again
-                        continue
-                    raise append_error(self._queries, exc, thread_id, expected_seq) from None
+            )
         except BaseException:
-            self._cleared.forget(thread_id)
             if released and release is not None:
                 self._claimed.add((thread_id, release))
             raise
-        self._cleared.appended(thread_id, record)
         if claim is not None and claim != release:
             self._claimed.add((thread_id, claim))
 
@@ -264,15 +256,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         return await self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
 
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
-        for attempt in range(2):
-            owner = await self._owner()
-            try:
-                await self._run(self._queries.claim_run(thread_id, run_id, owner[0]))
-                break
-            except psycopg.Error as exc:
-                if exc.sqlstate != LOST_LOCK_STATE or attempt > 0:
-                    raise
-                await self._lock_again(owner)
+        await self._perform(self._queries.claim_flow(thread_id, run_id))
         self._claimed.add((thread_id, run_id))
 
     async def arelease_run(self, thread_id: str, run_id: str) -> None:
@@ -283,6 +267,27 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         return await self._run(self._queries.runs_alive(thread_id))
 
     # This saver's liveness lock (see PostgresSaver) -------------------------------------------
+    async def _perform(self, flow: Flow[T]) -> T:
+        """Run a flow (see :data:`~handrail.checkpoint.postgres.liveness.Flow`), awaiting."""
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            answer, error = None, None
+            try:
+                if step is NEED_OWNER:
+                    answer = await self._owner()
+                elif isinstance(step, LockAgain):
+                    await self._lock_again(step.seen)
+                else:
+                    answer = await self._run(step)
+            except BaseException as exc:  # into the flow, which says what it means (or re-raises)
+                error = exc
+
     async def _owner(self) -> tuple[int, object]:
         async with self._lock("owner"):
             if self._pool is None:

@@ -20,11 +20,57 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from handrail.checkpoint.postgres._base import BEGIN, Op, Query, Tables
+import psycopg
 
-__all__ = ["LivenessSQL", "new_key"]
+from handrail.checkpoint.postgres._base import BEGIN, LOST_LOCK_STATE, Op, Query, Tables
+
+__all__ = ["NEED_OWNER", "Flow", "LivenessSQL", "LockAgain", "new_key", "under_lock"]
+
+T = TypeVar("T")
+
+
+class _NeedOwner:
+    """A flow's request for this saver's liveness key and lock holder (locking on first use)."""
+
+
+NEED_OWNER = _NeedOwner()
+
+
+@dataclass(frozen=True, slots=True)
+class LockAgain:
+    """A flow's request: the lock ``seen`` is gone; take it again (unless done meanwhile)."""
+
+    seen: tuple[int, object]
+
+
+Flow = Generator[Any, Any, T]
+"""What a saver performs: yields an :data:`Op` (answered with its value, or its error
+thrown in), :data:`NEED_OWNER` (answered with ``(key, holder)``) or :class:`LockAgain`.
+Written once here; each saver's ``_perform`` runs it, sync or async."""
+
+
+def under_lock(make: Callable[[int | None], Op[T]], *, claims: bool) -> Flow[T]:
+    """Run ``make(key)``, an operation that claims a run with this saver's key if ``claims``.
+
+    A claim names the key without asking the server first whether its lock is still held:
+    the claim's own statement checks, and when no session holds the lock (the liveness
+    connection was lost) it fails (``HR410``), saving nothing. Then the saver takes the
+    lock again, re-claims its runs, and the operation runs once more.
+    """
+    for attempt in range(2):
+        owner = (yield NEED_OWNER) if claims else None
+        try:
+            value: T = yield make(None if owner is None else owner[0])
+            return value
+        except psycopg.Error as exc:
+            if exc.sqlstate != LOST_LOCK_STATE or owner is None or attempt > 0:
+                raise
+        yield LockAgain(owner)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class LivenessSQL(Tables):
@@ -60,6 +106,15 @@ class LivenessSQL(Tables):
                 {"thread": thread_id, "claim": run_id, "owner": owner_key, "now": time.time()},
             )
         ]
+
+    def claim_flow(self, thread_id: str, run_id: str) -> Flow[None]:
+        """``claim_run`` as both savers perform it: under the liveness lock (:func:`under_lock`)."""
+
+        def statement(key: int | None) -> Op[None]:
+            assert key is not None  # claims=True: the flow asked for the key
+            return self.claim_run(thread_id, run_id, key)
+
+        yield from under_lock(statement, claims=True)
 
     def reclaim_runs(self, runs: Sequence[tuple[str, str]], owner_key: int) -> Op[None]:
         if runs:

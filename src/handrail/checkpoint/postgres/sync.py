@@ -21,7 +21,7 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
 )
-from handrail.checkpoint.postgres._base import LOST_LOCK_STATE, Op
+from handrail.checkpoint.postgres._base import Op
 from handrail.checkpoint.postgres.drivers import (
     CONNECT_TIMEOUT,
     PREPARE_THRESHOLD,
@@ -31,8 +31,9 @@ from handrail.checkpoint.postgres.drivers import (
     connect_like,
     run_sync,
 )
+from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
-from handrail.checkpoint.postgres.write import Cleared, append_error
+from handrail.checkpoint.postgres.write import Cleared, append_flow
 from handrail.errors import ConfigurationError
 
 __all__ = ["PostgresSaver"]
@@ -233,32 +234,23 @@ class PostgresSaver(BaseCheckpointSaver):
         check_reading(reading, record)
         released = self._forget_claim(thread_id, release)
         try:
-            for attempt in range(2):
-                owner = self._owner() if claim is not None else None
-                op = self._queries.append(
+            self._perform(
+                append_flow(
+                    self._queries,
+                    self._cleared,
                     thread_id,
                     events,
                     expected_seq,
                     record,
-                    claim=(claim, owner[0]) if claim is not None and owner is not None else None,
+                    claim=claim,
                     release=release,
                     durable=durable,
                     reading=reading,
-                    clear=self._cleared.rows_at(thread_id, expected_seq, record.epoch),
                 )
-                try:
-                    self._run(op)
-                    break
-                except psycopg.Error as exc:
-                    if exc.sqlstate == LOST_LOCK_STATE and owner is not None and attempt == 0:
-                        self._lock_again(owner)  # nothing was saved: take the lock, try again
-                        continue
-                    raise append_error(self._queries, exc, thread_id, expected_seq) from None
+            )
         except BaseException:
-            self._cleared.forget(thread_id)
             self._restore_claim(thread_id, release, released)
             raise
-        self._cleared.appended(thread_id, record)
         if claim is not None and claim != release:
             with self._owner_lock:
                 self._claimed.add((thread_id, claim))
@@ -289,15 +281,7 @@ class PostgresSaver(BaseCheckpointSaver):
         return self._run(self._queries.prune(thread_id, upto_seq, snapshot, keep_kinds))
 
     def claim_run(self, thread_id: str, run_id: str) -> None:
-        for attempt in range(2):
-            owner = self._owner()
-            try:
-                self._run(self._queries.claim_run(thread_id, run_id, owner[0]))
-                break
-            except psycopg.Error as exc:
-                if exc.sqlstate != LOST_LOCK_STATE or attempt > 0:
-                    raise
-                self._lock_again(owner)
+        self._perform(self._queries.claim_flow(thread_id, run_id))
         with self._owner_lock:
             self._claimed.add((thread_id, run_id))
 
@@ -313,6 +297,27 @@ class PostgresSaver(BaseCheckpointSaver):
     # still held: the claim's own transaction checks, and when no session holds the lock
     # (the liveness connection was lost) it fails, saving nothing; the saver then takes
     # the lock again, re-claims its runs and tries once more.
+    def _perform(self, flow: Flow[T]) -> T:
+        """Run a flow (see :data:`~handrail.checkpoint.postgres.liveness.Flow`), blocking."""
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                value: T = stop.value
+                return value
+            answer, error = None, None
+            try:
+                if step is NEED_OWNER:
+                    answer = self._owner()
+                elif isinstance(step, LockAgain):
+                    self._lock_again(step.seen)
+                else:
+                    answer = self._run(step)
+            except BaseException as exc:  # into the flow, which says what it means (or re-raises)
+                error = exc
+
     def _owner(self) -> tuple[int, object]:
         """This saver's key and the connection that holds its lock (locking on first use)."""
         with self._owner_lock:

@@ -27,11 +27,12 @@ import psycopg.errors
 from handrail.checkpoint._records import conflict, encode_metadata, encode_tools, epoch_conflict
 from handrail.checkpoint.base import StoredEvent, ThreadRecord
 from handrail.checkpoint.postgres._base import CONFLICT_STATE, Op, Query, Tables
+from handrail.checkpoint.postgres.liveness import Flow, under_lock
 from handrail.checkpoint.postgres.read import page_key
 from handrail.checkpoint.postgres.schema import INDEXED_SQL
 from handrail.errors import ConflictError, SerializationError
 
-__all__ = ["Cleared", "WriteSQL", "append_error"]
+__all__ = ["Cleared", "WriteSQL", "append_error", "append_flow"]
 
 # An append lists up to _LISTED_EVENTS events, and _LISTED_REVIEWS pending reviews, in
 # VALUES, one parameter per field: psycopg dumps a scalar in C but an array through its
@@ -400,6 +401,46 @@ def _values(rows: Sequence[Sequence[str]], types: Sequence[str]) -> str:
     listed = [", ".join(f"{field}::{kind}" for field, kind in zip(first, types, strict=True))]
     listed += [", ".join(row) for row in rest]
     return "(VALUES (" + "), (".join(listed) + "))"
+
+
+def append_flow(
+    queries: WriteSQL,
+    cleared: Cleared,
+    thread_id: str,
+    events: Sequence[StoredEvent],
+    expected_seq: int,
+    record: ThreadRecord,
+    *,
+    claim: str | None,
+    release: str | None,
+    durable: bool,
+    reading: StoredEvent | None,
+) -> Flow[None]:
+    """An append as both savers perform it: one statement, under the liveness lock if it
+    claims a run; its error in the caller's terms; what the saver remembers of it."""
+
+    def statement(key: int | None) -> Op[None]:
+        return queries.append(
+            thread_id,
+            events,
+            expected_seq,
+            record,
+            claim=(claim, key) if claim is not None and key is not None else None,
+            release=release,
+            durable=durable,
+            reading=reading,
+            clear=cleared.rows_at(thread_id, expected_seq, record.epoch),
+        )
+
+    try:
+        yield from under_lock(statement, claims=claim is not None)
+    except psycopg.Error as exc:
+        cleared.forget(thread_id)
+        raise append_error(queries, exc, thread_id, expected_seq) from None
+    except BaseException:
+        cleared.forget(thread_id)
+        raise
+    cleared.appended(thread_id, record)
 
 
 def append_error(queries: WriteSQL, exc: psycopg.Error, thread_id: str, expected_seq: int) -> Exception:
