@@ -8,6 +8,7 @@ server has committed it, so no append is left for another caller to confirm.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import ConflictError
 
 pytest.importorskip("psycopg")
-from handrail.checkpoint.postgres import PostgresSaver
+from handrail.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
 
 ROUNDS = 25
 
@@ -81,3 +82,12 @@ def test_two_threads_sharing_a_saver_race_resumes_one_winner_whose_run_completes
             state = build_agent(saver, log).get_state(config(thread_id))
             assert state.next == () and not state.interrupts, f"round {round_}: {state.next!r}"
             assert finished(state.values)
+
+
+def test_no_postgres_append_can_be_left_unconfirmed() -> None:
+    """Defect 2's cause is gone: neither saver takes ``wait``, so the runtime (which passes
+    ``wait=False`` only to a store whose append takes it) never sends a save it does not
+    wait for, and no later call has an earlier call's answer to read."""
+    for method in (PostgresSaver.append, AsyncPostgresSaver.append, AsyncPostgresSaver.aappend):
+        assert "wait" not in inspect.signature(method).parameters
+    assert not hasattr(PostgresSaver, "_confirm") and not hasattr(PostgresSaver, "_park")
