@@ -28,6 +28,7 @@ __all__ = [
     "InvalidInputError",
     "PendingInterruptError",
     "SerializationError",
+    "StoreUnavailableError",
     "short_repr",
     "stored_time",
 ]
@@ -108,6 +109,20 @@ class SerializationError(HandrailError):
         super().__init__(message)
         self.thread_id = thread_id
         self.seq = seq
+
+
+class StoreUnavailableError(HandrailError, ConnectionError):
+    """The store's database server cannot be reached; nothing was read or saved.
+
+    The message names the server (host and port) and the reason it gave, or the
+    network's, e.g. ``cannot connect to PostgreSQL at 127.0.0.1:5433: ... Connection
+    refused``; ``host`` and ``port`` hold them too.
+    """
+
+    def __init__(self, message: str, *, host: str | None = None, port: str | None = None) -> None:
+        super().__init__(message)
+        self.host = host
+        self.port = port
 
 
 _SHORT = reprlib.Repr()

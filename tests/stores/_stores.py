@@ -53,8 +53,9 @@ from handrail.errors import ConflictError
 PG_ENV = "HANDRAIL_TEST_POSTGRES_DSN"
 REQUIRE_ENV = "HANDRAIL_REQUIRE_POSTGRES"
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-BACKENDS = ("memory", "sqlite", "postgres")
-DURABLE = ("sqlite", "postgres")
+PGBOUNCER = "postgres-pgbouncer"  # Postgres through PgBouncer in transaction pooling mode
+BACKENDS = ("memory", "sqlite", "postgres", PGBOUNCER)
+DURABLE = ("sqlite", "postgres", PGBOUNCER)
 
 
 # Postgres --------------------------------------------------------------------------------
@@ -100,6 +101,8 @@ class Location:
             return {"kind": "sqlite", "path": str(self.path)}
         if self.backend == "postgres":
             return {"kind": "postgres", "dsn": self.dsn, "schema": self.schema}
+        if self.backend == PGBOUNCER:  # PgBouncer 1.18: no prepared statements (production guide)
+            return {"kind": "postgres", "dsn": self.dsn, "schema": self.schema, "prepare_threshold": None}
         raise ValueError("an in-memory store cannot be shared with another process")
 
     def saver(self, **options: Any) -> BaseCheckpointSaver:
@@ -126,6 +129,8 @@ class Location:
             from handrail.checkpoint.postgres import AsyncPostgresSaver
 
             assert self.dsn is not None
+            if self.backend == PGBOUNCER:
+                options.setdefault("prepare_threshold", None)
             saver = AsyncPostgresSaver.from_conn_string(self.dsn, schema=self.schema, pool_size=4, **options)
             await saver.setup()
         self._savers.append(saver)
@@ -147,7 +152,7 @@ class Location:
         self._savers.clear()
 
     def finish(self) -> None:
-        if self.backend == "postgres" and self.dsn is not None:
+        if self.backend in ("postgres", PGBOUNCER) and self.dsn is not None:
             drop_schema(self.dsn, self.schema)
 
 
@@ -158,6 +163,8 @@ def open_saver(spec: dict[str, Any], **options: Any) -> Any:
     if spec["kind"] == "postgres":
         from handrail.checkpoint.postgres import PostgresSaver
 
+        if "prepare_threshold" in spec:
+            options.setdefault("prepare_threshold", spec["prepare_threshold"])
         saver = PostgresSaver.from_conn_string(spec["dsn"], schema=spec["schema"], pool_size=4, **options)
         saver.setup()
         return saver
@@ -403,7 +410,12 @@ async def _resume_async(command: dict[str, Any], notify: Callable[[str], None]) 
     else:
         from handrail.checkpoint.postgres import AsyncPostgresSaver
 
-        saver = AsyncPostgresSaver.from_conn_string(spec["dsn"], schema=spec["schema"], pool_size=4)
+        saver = AsyncPostgresSaver.from_conn_string(
+            spec["dsn"],
+            schema=spec["schema"],
+            pool_size=4,
+            prepare_threshold=spec.get("prepare_threshold", 5),
+        )
     try:
         agent = build_agent(
             saver, command["log"], tool_mode=command.get("tool_mode", "normal"), notify=notify

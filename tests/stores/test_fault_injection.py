@@ -34,7 +34,7 @@ def _harness() -> ModuleType:
 def test_random_kills_of_runs_with_several_calls_a_step_lose_nothing_and_repeat_nothing(
     request: pytest.FixtureRequest, backend: str, tmp_path: Path
 ) -> None:
-    dsn = request.getfixturevalue("postgres") if backend == "postgres" else None
+    dsn = request.getfixturevalue("postgres_server") if backend == "postgres" else None
     tally = _harness().run(backend, TRIALS, tmp_path, dsn, seed=7)
     assert tally.failures == [], tally.failures
     assert tally.trials == TRIALS and tally.killed > TRIALS // 2

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from _stores import drop_schema, wait_until
 
-from handrail.checkpoint._postgres_sql import page_key
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.postgres.read import page_key
 from handrail.errors import ConfigurationError, ConflictError, SerializationError
 
 psycopg = pytest.importorskip("psycopg")
@@ -40,13 +40,14 @@ def events(start: int, count: int) -> list[StoredEvent]:
 
 
 def _sql(dsn: str, schema: str, sql: str, params: Any = ()) -> list[Any]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{schema}"')
+    # one transaction, and SET LOCAL: behind PgBouncer the session is not ours
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(f'SET LOCAL search_path TO "{schema}"')
         cursor = conn.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 
-OURS = 3  # handrail's own schema versions
+OURS = 4  # handrail's own schema versions
 
 
 class _Extended(PostgresSaver):
@@ -143,8 +144,12 @@ async def test_async_forms_and_the_sync_bridge(postgres: str, schema: str) -> No
 
 # Run liveness: an advisory lock that dies with its session -------------------------------------------
 def _owner_backend_pid(saver: PostgresSaver) -> int:
+    """The server process of the saver's liveness session (asked: behind PgBouncer, the
+    client's ``backend_pid`` is the pooler's own number)."""
     assert saver._owner_conn is not None
-    return int(saver._owner_conn.info.backend_pid)
+    row = saver._owner_conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_runs_die_with_their_session_and_come_back_with_it(postgres: str, schema: str) -> None:
@@ -258,22 +263,38 @@ def test_a_nul_in_a_text_field_is_refused_not_cut(postgres: str, schema: str) ->
 
 
 def test_appends_survive_a_session_that_forgets_its_prepared_statements(postgres: str, schema: str) -> None:
-    """An append is prepared once per connection; DISCARD ALL (a pool's reset) drops it."""
-    from handrail.checkpoint import postgres as module
-
-    with psycopg.connect(postgres, autocommit=True) as conn:
+    """psycopg prepares the appends on the connection (its ``prepare_threshold``); DISCARD
+    ALL (a pool's reset) drops them, and the saver goes on."""
+    with psycopg.connect(postgres, autocommit=True, prepare_threshold=0) as conn:
         saver = PostgresSaver(conn, schema=schema)
         saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
         saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
-        conn.execute("DISCARD ALL")  # the server forgets; the saver still thinks it prepared
+        if conn.prepare_threshold is not None:  # not through PgBouncer (see conftest.postgres)
+            prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+            assert prepared is not None and prepared[0] > 0
+        conn.execute("DISCARD ALL")  # the server forgets
         saver.append("t", events(3, 1), expected_seq=2, record=record("t", 3))
-        module._PREPARED.pop(conn)  # the other way round: the saver forgets, the server has it
         saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
         with pytest.raises(ConflictError):  # errors still come back as before
             saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
         assert [e.seq for e in saver.read("t").events] == [1, 2, 3, 4]
         assert saver.get_thread("t") == record("t", 4)
         saver.close()
+
+
+def test_prepare_threshold_none_prepares_no_statement_on_the_server(postgres: str, schema: str) -> None:
+    """``from_conn_string(prepare_threshold=None)``, for poolers in transaction mode that do
+    not track prepared statements: a whole review cycle's statements, none prepared."""
+    with PostgresSaver.from_conn_string(
+        postgres, schema=schema, pool_size=1, prepare_threshold=None
+    ) as saver:
+        for seq in range(1, 11):
+            saver.append("t", events(seq, 1), expected_seq=seq - 1, record=record("t", seq))
+            saver.read("t")
+        assert saver._pool is not None
+        with saver._pool.connection() as conn:
+            assert conn.prepare_threshold is None
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
 
 
 async def test_async_appends_survive_a_session_that_forgets_its_prepared_statements(
@@ -283,7 +304,7 @@ async def test_async_appends_survive_a_session_that_forgets_its_prepared_stateme
         saver = AsyncPostgresSaver(conn, schema=schema)
         await saver.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1))
         await saver.aappend("t", events(2, 1), expected_seq=1, record=record("t", 2))
-        await conn.execute("DISCARD ALL")
+        await conn.execute("DISCARD ALL")  # psycopg sees it, and forgets what it prepared
         await saver.aappend("t", events(3, 1), expected_seq=2, record=record("t", 3))
         assert [e.seq for e in (await saver.aread("t")).events] == [1, 2, 3]
         await saver.aclose()
@@ -354,53 +375,6 @@ def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
         assert mine.list_pending(PendingFilter(metadata={"team": "a"})) == []
 
 
-def test_an_append_sent_without_waiting_is_confirmed_by_the_next_call_for_its_thread(
-    postgres: str, schema: str
-) -> None:
-    """Rules 7 and 8: ``append(wait=False)`` is sent, committed by the server meanwhile, and
-    its answer read on the thread's next call, which raises its conflict and saves nothing."""
-    with (
-        PostgresSaver.from_conn_string(postgres, schema=schema, pool_size=4) as saver,
-        PostgresSaver.from_conn_string(postgres, schema=schema) as other,
-    ):
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        saver.append("t", events(2, 2), expected_seq=1, record=record("t", 3), durable=False, wait=False)
-        assert set(saver._parked) == {"t"}  # its connection waits for the answer
-        assert saver.get_thread("t") == record("t", 3)  # the thread's next call reads it first
-        assert saver._parked == {}
-        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4), durable=False, wait=False)
-        saver.append("t", events(5, 1), expected_seq=4, record=record("t", 5))  # the next append, too
-        assert [e.seq for e in other.read("t").events] == [1, 2, 3, 4, 5]
-
-        # its error comes back on the thread's next call, and that call saves nothing
-        other.append("t", events(6, 1), expected_seq=5, record=record("t", 6))
-        saver.append("t", events(6, 1), expected_seq=5, record=record("t", 6), durable=False, wait=False)
-        with pytest.raises(ConflictError, match="'t'"):
-            saver.append("t", events(7, 1), expected_seq=6, record=record("t", 7))
-        assert other.get_thread("t") == record("t", 6)
-        saver.append("t", events(7, 1), expected_seq=6, record=record("t", 7))  # and then it goes on
-
-        # at most half the pool waits so; the rest wait as before, and close() reads them all
-        for n in range(3):
-            saver.append(f"u{n}", events(1, 1), expected_seq=0, record=record(f"u{n}", 1))
-            saver.append(
-                f"u{n}", events(2, 1), expected_seq=1, record=record(f"u{n}", 2), durable=False, wait=False
-            )
-        assert len(saver._parked) == 2
-        saver.close()
-        assert saver._parked == {}
-        assert [other.get_thread(f"u{n}") for n in range(3)] == [record(f"u{n}", 2) for n in range(3)]
-
-
-def test_a_saver_on_one_connection_always_waits(postgres: str, schema: str) -> None:
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        saver = PostgresSaver(conn, schema=schema)
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2), durable=False, wait=False)
-        assert saver._parked == {} and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        saver.close()
-
-
 # Round trips, the liveness lock, page keys, migrations -------------------------------------------------
 def _round_trips(conn: Any, path: str, call: Any) -> int:
     """How many times ``call`` waited for the server: its ReadyForQuery messages (libpq trace)."""
@@ -444,10 +418,10 @@ def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any)
                 ),
             }
 
-        # Appends are prepared statements: the first of each shape on a connection also
-        # prepares it (one more round trip, once); every later one is a single round trip.
+        # psycopg prepares a statement at its (prepare_threshold + 1)-th run on a connection,
+        # in one more round trip, once; the runs here are fewer, so each is one round trip
         first = {name: _round_trips(conn, trace, call) for name, call in appends("w").items()}
-        assert first == dict.fromkeys(first, 2)
+        assert first == dict.fromkeys(first, 1)
         calls = {
             **appends("t"),
             "read": lambda: saver.read("t"),
@@ -517,7 +491,7 @@ def test_a_relaxed_append_commits_without_waiting_for_the_wal_flush(postgres: st
         saver.close()
 
 
-def test_a_claim_takes_a_lost_liveness_lock_again(postgres: str, schema: str) -> None:
+def test_a_claim_takes_a_lost_liveness_lock_again(postgres: str, schema: str, behind_pgbouncer: bool) -> None:
     with (
         PostgresSaver.from_conn_string(postgres, schema=schema) as runner,
         PostgresSaver.from_conn_string(postgres, schema=schema) as watcher,
@@ -530,6 +504,8 @@ def test_a_claim_takes_a_lost_liveness_lock_again(postgres: str, schema: str) ->
         runner.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
         assert watcher.runs_alive("t") == {"r1", "r2"}
         assert [e.seq for e in watcher.read("t").events] == [1]
+    if behind_pgbouncer:
+        return  # one connection's lock needs a session of its own (production guide)
     with psycopg.connect(postgres, autocommit=True) as conn:  # one connection carries the lock
         saver = PostgresSaver(conn, schema=schema)
         with PostgresSaver.from_conn_string(postgres, schema=schema) as watcher:
@@ -547,7 +523,10 @@ async def test_an_async_claim_takes_a_lost_liveness_lock_again(postgres: str, sc
         with PostgresSaver.from_conn_string(postgres, schema=schema) as watcher:
             await runner.aclaim_run("t", "r1")
             assert runner._owner_conn is not None
-            pid = runner._owner_conn.info.backend_pid
+            cursor = await runner._owner_conn.execute(
+                "SELECT pg_backend_pid()"
+            )  # the server's, not PgBouncer's
+            pid = (await cursor.fetchone() or (0,))[0]
             _sql(postgres, schema, "SELECT pg_terminate_backend(%s)", (pid,))
             wait_until(lambda: watcher.runs_alive("t") == set(), "the lock to go with its session")
             await runner.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
@@ -626,6 +605,7 @@ def test_a_version_1_schema_is_migrated_with_its_inbox(postgres: str, schema: st
         (1,),
         (2,),
         (3,),
+        (4,),
     ]
 
 
@@ -652,7 +632,7 @@ def test_a_version_2_schema_gets_saved_readings_and_keeps_its_threads(postgres: 
 
 
 def test_liveness_is_checked_by_trying_the_lock_where_no_checking_session_holds_one(
-    postgres: str, schema: str
+    postgres: str, schema: str, behind_pgbouncer: bool
 ) -> None:
     """On a pool the liveness lock has a session of its own: a claim tries a shared lock on
     the key (fails at once while the owner lives) instead of copying pg_locks. On one
@@ -661,6 +641,8 @@ def test_liveness_is_checked_by_trying_the_lock_where_no_checking_session_holds_
         assert "pg_try_advisory_xact_lock_shared" in pooled._queries._claim_sql
         assert "pg_locks" not in pooled._queries._claim_sql
         pooled.claim_run("t", "r1")
+        if behind_pgbouncer:
+            return  # one connection's lock needs a session of its own (production guide)
         with psycopg.connect(postgres, autocommit=True) as conn:
             single = PostgresSaver(conn, schema=schema)
             assert "pg_locks" in single._queries._claim_sql

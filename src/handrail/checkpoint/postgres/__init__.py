@@ -1,0 +1,49 @@
+"""PostgresSaver and AsyncPostgresSaver: the store protocol in PostgreSQL (psycopg 3).
+
+Install with ``pip install 'handrail[postgres]'`` (psycopg 3 and psycopg_pool).
+
+The backend, one concept a module:
+
+- :mod:`~handrail.checkpoint.postgres.schema`: the tables, their migrations (SQL, or a
+  step in Python), and setup, one transaction under an advisory lock.
+- :mod:`~handrail.checkpoint.postgres.write`: the write path. An append is one statement
+  (one round trip, one transaction) that moves the thread's head or raises a conflict;
+  pruning and deletion; the one thing the saver remembers between appends.
+- :mod:`~handrail.checkpoint.postgres.read`: reads (one statement, one snapshot) and the
+  reviewers' inbox (one index walked in page order).
+- :mod:`~handrail.checkpoint.postgres.liveness`: run liveness (SPEC rule 9), advisory
+  locks that die with their connection.
+- :mod:`~handrail.checkpoint.postgres.queries`: all of the above for one schema. Every
+  operation is written once, as a generator that yields batches of SQL and receives
+  their results, with no I/O (:mod:`~handrail.checkpoint.postgres._base`).
+- :mod:`~handrail.checkpoint.postgres.drivers`: perform an operation on a psycopg
+  connection, sync or async, with psycopg's public API only (``execute``, prepared by
+  psycopg after ``prepare_threshold`` runs; several statements in pipeline mode), and
+  open connections, failing fast with the server named when it cannot be reached.
+- :mod:`~handrail.checkpoint.postgres.sync` and :mod:`~handrail.checkpoint.postgres.aio`:
+  the savers, facades that pick a connection and run the operations.
+
+Example::
+
+    from handrail import PostgresSaver, create_agent
+
+    with PostgresSaver.from_conn_string("postgresql://localhost/app") as saver:
+        agent = create_agent(model, tools, middleware=[...], checkpointer=saver)
+"""
+
+from __future__ import annotations
+
+try:
+    import psycopg  # noqa: F401
+    import psycopg_pool  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "PostgresSaver and AsyncPostgresSaver need psycopg 3 and psycopg_pool: "
+        "pip install 'handrail[postgres]'"
+    ) from exc
+
+from handrail.checkpoint.postgres.aio import AsyncPostgresSaver
+from handrail.checkpoint.postgres.drivers import CONNECT_TIMEOUT, PREPARE_THRESHOLD
+from handrail.checkpoint.postgres.sync import PostgresSaver
+
+__all__ = ["CONNECT_TIMEOUT", "PREPARE_THRESHOLD", "AsyncPostgresSaver", "PostgresSaver"]

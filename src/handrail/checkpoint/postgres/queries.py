@@ -1,0 +1,14 @@
+"""All the SQL of the Postgres backend for one schema: the concept modules' operations together."""
+
+from __future__ import annotations
+
+from handrail.checkpoint.postgres.liveness import LivenessSQL
+from handrail.checkpoint.postgres.read import ReadSQL
+from handrail.checkpoint.postgres.schema import SchemaSQL
+from handrail.checkpoint.postgres.write import WriteSQL
+
+__all__ = ["Queries"]
+
+
+class Queries(SchemaSQL, WriteSQL, ReadSQL, LivenessSQL):
+    """The SQL of every operation, for one schema (see each base class). No I/O."""

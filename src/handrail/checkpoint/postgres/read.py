@@ -1,0 +1,260 @@
+"""Postgres reads and the reviewers' inbox.
+
+A read returns the record and the events from one statement, so from one snapshot.
+The inbox walks one index in page order and stops after a page: ``pending`` without a
+tool or metadata filter; otherwise ``pending_tools`` and one ``pending_metadata`` alias
+per filtered entry, joined on the page key, so that the planner walks the most
+selective and merges the others. ``pending_metadata`` holds the entries whose value is
+a number, a boolean, null or a string of at most 200 bytes (keys too); a filter on
+another value (a list, an object, a long string) is compared on the thread's row.
+Metadata filters compare JSON values (``true`` is not ``1``, as it is in Python).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import math
+import struct
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from handrail.checkpoint._records import (
+    damaged,
+    decode_metadata,
+    event_from_row,
+    pending_from_row,
+    record_from_row,
+)
+from handrail.checkpoint.base import (
+    PendingFilter,
+    PendingItem,
+    PendingReview,
+    ThreadFilter,
+    ThreadRead,
+    ThreadRecord,
+)
+from handrail.checkpoint.postgres._base import INDEXED_BYTES, Op, Query, Row, Tables
+from handrail.checkpoint.serde import dumps
+
+__all__ = ["ReadSQL", "page_key"]
+
+
+class ReadSQL(Tables):
+    """Reading threads, listing threads, and the inbox."""
+
+    def read(
+        self, thread_id: str, after_seq: int, upto_seq: int | None, from_reading: bool = False
+    ) -> Op[ThreadRead]:
+        # one statement, so one snapshot: the record, the saved reading and the events of one instant
+        upto = " AND e.seq <= %(upto)s" if upto_seq is not None else ""
+        after = "%(after)s"
+        saved = ""
+        if from_reading and not after_seq and upto_seq is None:
+            after = f"COALESCE((SELECT r.seq FROM {self.readings} AS r WHERE r.thread_id = %(thread)s), 0)"
+            saved = (
+                "UNION ALL SELECT 2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, r.seq, 'reading', "
+                f"r.created_at, r.payload FROM {self.readings} AS r WHERE r.thread_id = %(thread)s "
+            )
+        sql = (
+            f"SELECT 0, {self.record_columns}, NULL::bigint, NULL::text, NULL::double precision, "
+            f"NULL::bytea FROM {self.threads} AS t WHERE t.thread_id = %(thread)s {saved}UNION ALL "
+            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.created_at, "
+            f"e.payload FROM {self.events} AS e WHERE e.thread_id = %(thread)s AND e.seq > {after}{upto} "
+            "ORDER BY e.seq)"
+        )
+        (result,) = yield [Query(sql, {"thread": thread_id, "after": after_seq, "upto": upto_seq})]
+        record = reading = None
+        events = []
+        for row in result.rows:
+            if row[0] == 0:
+                record = _record(row[1:9])
+            elif row[0] == 2:
+                reading = event_from_row(thread_id, *row[9:])
+            else:
+                events.append(event_from_row(thread_id, *row[9:]))
+        if any(a.seq >= b.seq for a, b in itertools.pairwise(events)):
+            events.sort(key=lambda event: event.seq)  # the rows came in another order
+        return ThreadRead(record=record, events=events, reading=reading)
+
+    def get_thread(self, thread_id: str) -> Op[ThreadRecord | None]:
+        (result,) = yield [Query(self.record_select + " WHERE t.thread_id = %s", (thread_id,))]
+        return _record(result.rows[0]) if result.rows else None
+
+    def list_threads(self, filter: ThreadFilter) -> Op[list[ThreadRecord]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if filter.status is not None:
+            where.append("t.status = %s")
+            params.append(filter.status)
+        if filter.updated_after is not None:
+            where.append("t.updated_at > %s")
+            params.append(filter.updated_after)
+        if filter.updated_before is not None:
+            where.append("t.updated_at < %s")
+            params.append(filter.updated_before)
+        if filter.metadata:
+            where += _metadata_clauses(filter.metadata, params)
+        sql = self.record_select + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY t.updated_at DESC, t.thread_id LIMIT %s OFFSET %s"
+        params += [max(filter.limit, 0), max(filter.offset, 0)]
+        (result,) = yield [Query(sql, params)]
+        return [_record(row) for row in result.rows]
+
+    def pending_query(self, filter: PendingFilter, now: float) -> Query:
+        """The inbox query: an index range in ``(created_at, thread_id, interrupt_id)`` order.
+
+        Without a tool or metadata filter it walks ``pending`` in that order. Otherwise
+        each filter that an index answers joins in on the *page key* (the same order as
+        one column): ``pending_tools`` for the tool, one ``pending_metadata`` alias per
+        indexed metadata entry; the planner walks the most selective one in page order
+        and merges or looks up the others, and stops after a page. Metadata entries no
+        index holds (lists, objects, long strings) are compared on the thread's row.
+        """
+        where: list[str] = []
+        params: list[Any] = []  # the WHERE clause's
+        join_params: list[Any] = []  # the FROM clause's, which come first
+        indexes: list[tuple[str, str, str, list[Any]]] = []  # alias, table, condition, its params
+        if filter.tool is not None:
+            indexes.append(("o", self.pending_tools, "o.tool = %s", [filter.tool]))
+        indexed = _indexed_entries(filter.metadata)
+        for key, value in indexed:
+            m = f"m{len(indexes)}"
+            condition = f"{m}.key = %s AND {m}.value = %s::jsonb"
+            indexes.append((m, self.pending_metadata, condition, [key, value]))
+        if indexes:
+            first, table, condition, values = indexes[0]
+            parts = [f"{table} AS {first}"]
+            where.append(condition)
+            params += values
+            for alias, table, condition, values in indexes[1:]:
+                parts.append(
+                    f"JOIN {table} AS {alias} ON {alias}.page_key = {first}.page_key AND {condition}"
+                )
+                join_params += values
+            # joined to pending on one column: the planner misjudges a two-column join as one row
+            source = " ".join(parts) + f" JOIN {self.pending} AS p ON p.id = {first}.pending_id"
+            order = f"{first}.page_key"
+            for alias, *_ in indexes:  # the bounds on every index, for whichever the planner walks
+                if filter.thread_id is not None:
+                    where.append(f"{alias}.thread_id = %s")
+                    params.append(filter.thread_id)
+                if filter.older_than is not None:  # created_at <= x: below the next float's keys
+                    where.append(f"{alias}.page_key < %s")
+                    params.append(page_key(math.nextafter(now - filter.older_than, math.inf), "", "")[:8])
+                if filter.after is not None:
+                    where.append(f"{alias}.page_key > %s")
+                    params.append(page_key(*filter.after))
+        else:
+            source = f"{self.pending} AS p"
+            order = "p.created_at, p.thread_id, p.interrupt_id"
+            if filter.thread_id is not None:
+                where.append("p.thread_id = %s")
+                params.append(filter.thread_id)
+            if filter.older_than is not None:
+                where.append("p.created_at <= %s")
+                params.append(now - filter.older_than)
+            if filter.after is not None:
+                where.append("(p.created_at, p.thread_id, p.interrupt_id) > (%s, %s, %s)")
+                params += list(filter.after)
+        if filter.kind is not None:
+            where.append("p.kind = %s")
+            params.append(filter.kind)
+        unindexed = {k: v for k, v in (filter.metadata or {}).items() if str(k) not in dict(indexed)}
+        if unindexed:
+            where += _metadata_clauses(unindexed, params)
+        sql = (
+            "SELECT p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload, "
+            f"t.metadata::text FROM {source} JOIN {self.threads} AS t ON t.thread_id = p.thread_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + f" ORDER BY {order} LIMIT %s"
+        )
+        params.append(max(filter.limit, 0))
+        return Query(sql, join_params + params)
+
+    def list_pending(self, filter: PendingFilter) -> Op[list[PendingItem]]:
+        (result,) = yield [self.pending_query(filter, time.time())]
+        metadata_of: dict[str, Any] = {}
+        items = []
+        for *pending, metadata in result.rows:
+            thread_id = pending[0]
+            if thread_id not in metadata_of:
+                metadata_of[thread_id] = decode_metadata(metadata, thread_id)
+            items.append(
+                PendingItem(
+                    thread_id=thread_id, review=pending_from_row(*pending), metadata=metadata_of[thread_id]
+                )
+            )
+        return items
+
+
+def page_key(created_at: float, thread_id: str, interrupt_id: str) -> bytes:
+    """The page key of a pending review, as ``handrail_page_key()`` computes it in SQL.
+
+    Byte order is the inbox's ``(created_at, thread_id, interrupt_id)`` order: the
+    float's bits (``-0.0`` made ``0.0``) turned order-preserving (the sign bit flipped
+    for a positive number, every bit for a negative one), then the ids in UTF-8 (whose
+    byte order is code point order), split by a NUL, which text cannot hold.
+    """
+    (bits,) = _INT64.unpack(_FLOAT64.pack(created_at + 0.0))
+    return _INT64.pack(bits ^ -(2**63) if bits >= 0 else ~bits) + (
+        thread_id.encode() + b"\x00" + interrupt_id.encode()
+    )
+
+
+_FLOAT64 = struct.Struct(">d")
+_INT64 = struct.Struct(">q")
+
+
+def _indexed_entries(metadata: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The entries of a metadata filter that ``pending_metadata`` indexes, as (key, JSON)."""
+    entries = []
+    for key, value in (metadata or {}).items():
+        text = dumps(value, where="the metadata filter").decode()
+        if _indexed(str(key), orjson.loads(text)):
+            entries.append((str(key), text))
+    return entries
+
+
+def _indexed(key: str, value: Any) -> bool:
+    """The rule of ``_INDEXED_SQL``, in Python (on the JSON value)."""
+    try:
+        if len(key.encode()) > INDEXED_BYTES:
+            return False
+        if value is None or isinstance(value, (bool, int, float)):
+            return True
+        return isinstance(value, str) and len(value.encode()) <= INDEXED_BYTES
+    except UnicodeEncodeError:  # a lone surrogate: never stored, so never indexed
+        return False
+
+
+def _metadata_clauses(metadata: Any, params: list[Any]) -> list[str]:
+    # ``@>`` lets the GIN index narrow the rows; the per-key equality makes the match
+    # exact (containment alone would also accept a longer list or a larger object).
+    clauses = ["t.metadata @> %s::jsonb"]
+    params.append(dumps(dict(metadata), where="the metadata filter").decode())
+    for key, value in metadata.items():
+        clauses.append("t.metadata -> %s = %s::jsonb")
+        params += [str(key), dumps(value, where="the metadata filter").decode()]
+    return clauses
+
+
+def _record(row: Row) -> ThreadRecord:
+    thread_id = row[0]
+    pending: list[PendingReview] = []
+    if row[7] is not None:
+        try:
+            items = orjson.loads(row[7])
+            for interrupt_id, kind, tools, created_at, payload in items:
+                pending.append(
+                    pending_from_row(
+                        thread_id, interrupt_id, kind, tools, created_at, base64.b64decode(payload)
+                    )
+                )
+        except (ValueError, TypeError) as exc:
+            raise damaged(thread_id, "thread record", f"its pending reviews cannot be read ({exc})") from None
+    _, head_seq, status, epoch, created_at, updated_at, metadata = row[:7]
+    return record_from_row(thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending)
