@@ -63,6 +63,9 @@ class AgentSpec:
     middleware: list[AgentMiddleware]
     system_prompt: str | None
     store: BaseCheckpointSaver | None
+    long_term_store: Any = None  # create_agent(store=...): what hooks and tools see as runtime.store
+    context_schema: Any = None
+    response_format: Any = None  # a resolved ToolStrategy / ProviderStrategy, or None
     plan: Plan = field(init=False)
     middleware_by_name: dict[str, AgentMiddleware] = field(init=False)
     reducers: dict[str, Reducer] = field(init=False)
@@ -81,6 +84,7 @@ class AgentSpec:
             keys |= schema_keys
             reducers.update(schema_reducers)
         keys.add("_hitl_decisions")
+        keys.add("structured_response")
         self.reducers = reducers
         self.state_keys = frozenset(keys)
         self.tool_wrappers = [m for m in self.middleware if any(hook_is_defined(m, "wrap_tool_call"))]
