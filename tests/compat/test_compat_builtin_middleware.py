@@ -428,3 +428,28 @@ def test_summarization_parameters_and_deprecated_names() -> None:
     with pytest.warns(DeprecationWarning):
         old = SummarizationMiddleware(ScriptedModel([]), max_tokens_before_summary=100, messages_to_keep=5)
     assert (old.triggers, old.keep) == ([("tokens", 100)], ("messages", 5))
+
+
+def test_tool_retry_and_fallback_in_async_runs() -> None:
+    attempts: list[int] = []
+
+    @tool
+    async def fetch(url: str) -> str:
+        """Fetch a page."""
+        attempts.append(1)
+        if len(attempts) < 2:
+            raise TimeoutError("slow")
+        return "page"
+
+    def down(messages: Any) -> Any:
+        raise ConnectionError("primary down")
+
+    backup = ScriptedModel([calls("fetch", url="u"), {"content": "ok"}])
+    agent = create_agent(
+        ScriptedModel([down, down]),
+        tools=[fetch],
+        middleware=[ModelFallbackMiddleware(backup), ToolRetryMiddleware(initial_delay=0)],
+    )
+    result = asyncio.run(agent.ainvoke({"messages": ["go"]}))
+    assert result["messages"][2].content == "page" and len(attempts) == 2
+    assert result["messages"][-1].content == "ok"

@@ -191,3 +191,15 @@ def test_structured_response_is_saved_and_read_back_as_its_schema(tmp_path: Any)
     create_agent(model, response_format=ContactInfo, checkpointer=SqliteSaver(path)).invoke(ASK, config)
     reader = create_agent(RecordingModel([]), response_format=ContactInfo, checkpointer=SqliteSaver(path))
     assert reader.get_state(config).values["structured_response"] == ContactInfo(**JOHN)
+
+
+def test_structured_output_in_async_and_streamed_runs() -> None:
+    import asyncio
+
+    def agent() -> Any:
+        model = RecordingModel([{"content": "", "tool_calls": [{"name": "ContactInfo", "args": JOHN}]}])
+        return create_agent(model, response_format=ToolStrategy(ContactInfo))
+
+    assert asyncio.run(agent().ainvoke(ASK))["structured_response"] == ContactInfo(**JOHN)
+    updates = list(agent().stream(ASK, stream_mode="updates"))
+    assert updates[0]["model"]["structured_response"] == ContactInfo(**JOHN)
