@@ -19,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "ConflictError",
+    "GraphRecursionError",
     "HandrailError",
     "InvalidDecisionError",
     "InvalidInputError",
@@ -102,3 +103,10 @@ class SerializationError(HandrailError):
         super().__init__(message)
         self.thread_id = thread_id
         self.seq = seq
+
+
+class GraphRecursionError(HandrailError, RecursionError):
+    """A run took more steps than ``config["recursion_limit"]`` allows (LangGraph's name).
+
+    Every step done so far is saved; raise the limit and ``invoke(None, config)`` to go on.
+    """

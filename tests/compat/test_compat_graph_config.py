@@ -79,3 +79,21 @@ def test_unknown_run_options_are_refused_and_langgraph_ones_accepted() -> None:
     with pytest.raises(ConfigurationError, match="unexpected run option"):
         agent.invoke({"messages": ["hi"]}, interrupt_before=["tools"])
     assert agent.invoke({"messages": ["hi"]}, durability="sync")["messages"][-1].content == "a"
+
+
+def test_recursion_limit_stops_a_looping_agent_and_the_steps_are_kept() -> None:
+    from handrail.errors import GraphRecursionError
+
+    loop_turn = {"content": "", "tool_calls": [{"name": "search", "args": {"query": "again"}}]}
+    agent = create_agent(
+        ScriptedModel([loop_turn] * 10 + [{"content": "done"}]), tools=[search], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "loop"}, "recursion_limit": 5}
+    with pytest.raises(GraphRecursionError, match="recursion limit of 5 steps") as caught:
+        agent.invoke({"messages": ["go"]}, config)
+    assert isinstance(caught.value, RecursionError)
+    assert len(agent.get_state(config).values["messages"]) == 6  # human + 5 steps (model, tools, ...)
+    result = agent.with_config({"recursion_limit": 100}).invoke(None, {"configurable": {"thread_id": "loop"}})
+    assert result["messages"][-1].content == "done"
+    with pytest.raises(ConfigurationError, match="recursion_limit"):
+        agent.invoke({"messages": ["go"]}, {"configurable": {"thread_id": "bad"}, "recursion_limit": 0})

@@ -171,3 +171,36 @@ def test_create_agent_state_schema_adds_state_keys() -> None:
     )
     result = agent.invoke({"messages": ["hi"], "user_preferences": {"style": "casual"}})
     assert result["user_preferences"] == {"style": "technical"}
+
+
+def test_langgraph_store_example_with_in_memory_store() -> None:
+    """LangChain's runtime docs: a tool reads long-term memory from runtime.store."""
+    from handrail.store import InMemoryStore
+
+    store = InMemoryStore()
+    store.put(("users",), "John Smith", {"preferences": "Be brief and polite."})
+    store.put(("users", "archived"), "Old", {"preferences": "none"})
+
+    @tool
+    def fetch_user_email_preferences(runtime: ToolRuntime[Context]) -> str:
+        """Fetch the user's email preferences from the store."""
+        preferences = "The user prefers you to write a brief and polite email."
+        if runtime.store and (memory := runtime.store.get(("users",), runtime.context.user_name)):
+            preferences = memory.value["preferences"]
+        return preferences
+
+    model = ScriptedModel(
+        [
+            {"content": "", "tool_calls": [{"name": "fetch_user_email_preferences", "args": {}}]},
+            {"content": "ok"},
+        ]
+    )
+    agent = create_agent(model, tools=[fetch_user_email_preferences], context_schema=Context, store=store)
+    result = agent.invoke({"messages": ["draft an email"]}, context=Context(user_name="John Smith"))
+    assert result["messages"][2].content == "Be brief and polite."
+    assert [item.key for item in store.search(("users",))] == ["Old", "John Smith"]
+    assert store.search(("users",), filter={"preferences": "none"})[0].namespace == ("users", "archived")
+    assert store.list_namespaces(max_depth=1) == [("users",)]
+    store.delete(("users",), "John Smith")
+    assert store.get(("users",), "John Smith") is None
+    assert asyncio.run(store.aget(("users", "archived"), "Old")) is not None

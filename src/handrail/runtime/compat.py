@@ -1,4 +1,4 @@
-"""The run-time details LangGraph code reads that handrail keeps for it: stream metadata.
+"""The run-time details LangGraph code relies on that handrail keeps: stream metadata, recursion limit.
 
 ``stream_mode="messages"`` yields ``(chunk, metadata)``. handrail's own keys are
 ``thread_id``, ``step`` and ``run_id``; LangGraph's keys are there too
@@ -9,13 +9,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from handrail.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from handrail.runtime.effects import Env
     from handrail.runtime.fold import ThreadFold
 
-__all__ = ["stream_metadata"]
+__all__ = ["DEFAULT_RECURSION_LIMIT", "recursion_limit", "stream_metadata"]
+
+DEFAULT_RECURSION_LIMIT = 10_007
+"""Steps a run may take when ``config["recursion_limit"]`` is not set (LangGraph's default)."""
 
 
 def stream_metadata(env: Env, fold: ThreadFold, node: str) -> dict[str, Any]:
@@ -35,3 +41,11 @@ def stream_metadata(env: Env, fold: ThreadFold, node: str) -> dict[str, Any]:
         "ls_model_name": model.model_name,
         "ls_model_type": "chat",
     }
+
+
+def recursion_limit(config: Mapping[str, Any]) -> int:
+    """``config["recursion_limit"]``: the most steps one run may take."""
+    value = config.get("recursion_limit", DEFAULT_RECURSION_LIMIT)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"config['recursion_limit'] must be a positive integer, got {value!r}")
+    return value

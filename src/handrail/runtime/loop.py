@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from handrail import structured_output
-from handrail.errors import ConfigurationError, InvalidInputError
+from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.runtime import rules
-from handrail.runtime.compat import stream_metadata
+from handrail.runtime.compat import recursion_limit, stream_metadata
 from handrail.runtime.context import PauseSignal, Runtime, TaskContext, ToolRuntime, current_task
 from handrail.runtime.effects import (
     CallHook,
@@ -141,10 +141,19 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         stream_writer=_writer(env),
         reviewer=request.reviewer,
     )
+    limit = recursion_limit(request.config)
+    taken = 0
     while fold.next:
         step = fold.next[0]
         if fold.pending and not (step == TOOLS and _runnable_tool_calls(fold)):
             break  # waiting for answers (rule 3: answered calls of a tools step still run)
+        taken += 1
+        if taken > limit:  # run() saves what the run did before the error leaves it
+            raise GraphRecursionError(
+                f"thread {env.thread_id!r}: recursion limit of {limit} steps reached before the agent "
+                f"finished (next step {step!r}); every step so far is saved. Raise "
+                "config['recursion_limit'] and invoke(None, config) to go on"
+            )
         runtime.step = step
         if step == TOOLS:
             yield from _tools_step(env, fold, request, runtime)
