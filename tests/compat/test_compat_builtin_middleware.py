@@ -13,6 +13,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from handrail import (
     AIMessage,
@@ -453,3 +455,33 @@ def test_tool_retry_and_fallback_in_async_runs() -> None:
     result = asyncio.run(agent.ainvoke({"messages": ["go"]}))
     assert result["messages"][2].content == "page" and len(attempts) == 2
     assert result["messages"][-1].content == "ok"
+
+
+@settings(max_examples=40, deadline=None)
+@given(turns=st.lists(st.integers(1, 4), min_size=1, max_size=5), limit=st.integers(0, 6))
+def test_tool_call_limit_never_lets_more_calls_run_than_the_thread_limit(
+    turns: list[int], limit: int
+) -> None:
+    ran: list[int] = []
+
+    @tool
+    def work(n: int) -> str:
+        """Work."""
+        ran.append(n)
+        return "done"
+
+    script: list[Any] = [
+        {"content": "", "tool_calls": [{"name": "work", "args": {"n": i}} for i in range(count)]}
+        for count in turns
+    ]
+    agent = create_agent(
+        ScriptedModel([*script, {"content": "finished"}]),
+        tools=[work],
+        middleware=[ToolCallLimitMiddleware(thread_limit=limit)],
+    )
+    result = agent.invoke({"messages": ["go"]})
+    total = sum(turns)
+    assert len(ran) == min(total, limit)
+    blocked = [m for m in result["messages"] if isinstance(m, ToolMessage) and m.status == "error"]
+    assert len(blocked) == total - len(ran)
+    assert result["messages"][-1].content == "finished"

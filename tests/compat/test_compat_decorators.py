@@ -234,3 +234,58 @@ def test_wrap_model_call_is_unit_testable_with_a_bare_request() -> None:
     request = ModelRequest(model=ScriptedModel([]), messages=[])
     assert add_context.wrap_model_call(request, handler).content == "ok"
     assert seen == ["Be brief."] and request.system_message is None
+
+
+def test_dynamic_model_and_tool_selection_from_the_context_engineering_docs() -> None:
+    """LangChain's context-engineering docs: wrap_model_call picks the model and the tools."""
+    from _compat_support import RecordingModel
+
+    basic = RecordingModel([{"content": "basic answer"}])
+    advanced = RecordingModel([{"content": "advanced answer"}])
+
+    @tool
+    def public_search(query: str) -> str:
+        """Search public data."""
+        return "public"
+
+    @tool
+    def admin_delete(record: str) -> str:
+        """Delete a record."""
+        return "deleted"
+
+    @wrap_model_call
+    def select_model_and_tools(request: ModelRequest, handler: Any) -> Any:
+        long_conversation = len(request.state["messages"]) > 2
+        is_admin = (request.runtime.context or {}).get("role") == "admin"
+        tools = [t for t in request.tools if is_admin or not t.name.startswith("admin_")]
+        return handler(request.override(model=advanced if long_conversation else basic, tools=tools))
+
+    agent = create_agent(basic, tools=[public_search, admin_delete], middleware=[select_model_and_tools])
+    short = agent.invoke({"messages": ["hi"]}, context={"role": "user"})
+    long = agent.invoke({"messages": ["a", "b", "c"]}, context={"role": "admin"})
+    assert short["messages"][-1].content == "basic answer"
+    assert long["messages"][-1].content == "advanced answer"
+    assert [t["name"] for t in basic.tool_specs[0]] == ["public_search"]
+    assert [t["name"] for t in advanced.tool_specs[0]] == ["public_search", "admin_delete"]
+
+
+def test_calls_a_hook_answered_itself_send_the_model_round_again() -> None:
+    """As in LangChain: when after_model answers every tool call, the model reads the answers."""
+
+    @after_model
+    def answer_for_the_tool(state: Any, runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage) or not last.tool_calls:
+            return None
+        return {
+            "messages": [
+                ToolMessage("cached: sunny", tool_call_id=c["id"], name=c["name"]) for c in last.tool_calls
+            ]
+        }
+
+    model = ScriptedModel([WEATHER_TURN, {"content": "It is sunny."}])
+    result = create_agent(model, tools=[get_weather], middleware=[answer_for_the_tool]).invoke(
+        {"messages": ["weather?"]}
+    )
+    assert [m.content for m in result["messages"][2:]] == ["cached: sunny", "It is sunny."]
+    assert len(model.calls) == 2

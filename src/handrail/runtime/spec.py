@@ -76,6 +76,9 @@ class AgentSpec:
 
     def __post_init__(self) -> None:
         self.plan = Plan(self.middleware)
+        specs = getattr(self.response_format, "schema_specs", None)  # a ToolStrategy's schemas
+        if specs:
+            self.plan.final_tools = frozenset(spec.name for spec in specs)
         self.middleware_by_name = {m.name: m for m in self.middleware}
         reducers: dict[str, Reducer] = {}
         keys = {"messages"}
