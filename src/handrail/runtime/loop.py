@@ -280,7 +280,7 @@ def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         runtime=runtime,
         response_format=spec.response_format,
     )
-    metadata = stream_metadata(env, fold, MODEL)
+    metadata = stream_metadata(env, fold, MODEL) if env.wants("messages") else {}
     retry = [False]
 
     def innermost(req: ModelRequest) -> Gen:
