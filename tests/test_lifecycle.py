@@ -219,16 +219,17 @@ def test_edit_runs_edited_action_keeps_original_call_and_notes_the_edit(
     assert ai.tool_calls[0]["args"] == {"path": "draft.txt", "content": "x"}
     tool_message = result["messages"][2]
     assert tool_message.tool_call_id == "c1"
-    assert tool_message.content.startswith("Note: a reviewer edited this tool call before it ran.")
+    assert tool_message.content.startswith("Note: a human reviewer replaced this tool call before it ran.")
     assert (
-        'Ran instead: write_file with args {"path": "final.txt", "content": "better"}' in tool_message.content
+        ' Executed instead: write_file with arguments {"path": "final.txt", "content": "better"}.'
+        in tool_message.content
     )
-    assert tool_message.content.endswith("wrote 6 bytes to final.txt")
+    assert tool_message.content.endswith("\n\nTool response:\nwrote 6 bytes to final.txt")
 
 
 def test_edit_notice_can_be_customised_or_disabled(make_agent: AgentFactory) -> None:
     edited = {"type": "edit", "edited_action": {"name": "write_file", "args": {"path": "p", "content": "c"}}}
-    for notice, expected_start in (("[EDITED]", "[EDITED]\nRan instead:"), (None, "wrote 1 bytes")):
+    for notice, expected_start in (("[EDITED]", "[EDITED] Executed instead:"), (None, "wrote 1 bytes")):
         agent = make_agent(
             [turn(call("write_file", path="q", content="d")), {"content": "ok"}], edit_notice=notice
         )

@@ -48,6 +48,7 @@ from handrail.middleware import (
 )
 from handrail.models import ChatModel, ScriptedModel, init_chat_model
 from handrail.runtime.context import Runtime, ToolRuntime, get_stream_writer, interrupt
+from handrail.structured_output import ProviderStrategy, ToolStrategy
 from handrail.tools import Tool, tool
 from handrail.types import (
     AuditEntry,
@@ -96,6 +97,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "PendingInterrupt",
+    "ProviderStrategy",
     "RejectDecision",
     "RemoveMessage",
     "RespondDecision",
@@ -111,6 +113,7 @@ __all__ = [
     "ToolCallRequest",
     "ToolMessage",
     "ToolRuntime",
+    "ToolStrategy",
     "__version__",
     "create_agent",
     "get_stream_writer",

@@ -302,8 +302,8 @@ def split_edit_notice(text: str) -> tuple[bool, str]:
     """Whether a tool result carries :data:`EDIT_NOTICE`, and the tool's own output after it."""
     if not text.startswith(EDIT_NOTICE):
         return False, text
-    # The middleware writes the notice, a "Ran instead: ..." line, a blank line, then the output.
-    return True, text.partition("\n\n")[2] or text
+    # The middleware writes the notice and what ran, then "Tool response:" and the output.
+    return True, text.partition("\n\nTool response:\n")[2] or text
 
 
 def _to_csv(rows: Sequence[Mapping[str, Any]]) -> str:

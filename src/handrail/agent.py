@@ -80,6 +80,11 @@ def create_agent(
     middleware: Sequence[AgentMiddleware] = (),
     checkpointer: BaseCheckpointSaver | None = None,
     name: str | None = None,
+    response_format: Any = None,
+    state_schema: type | None = None,
+    context_schema: type | None = None,
+    store: Any = None,
+    debug: bool = False,
 ) -> Agent:
     """Build an agent: a model that calls tools in a loop, with middleware around it.
 
@@ -96,9 +101,17 @@ def create_agent(
     ``tools`` are plain functions, ``@tool`` functions or :class:`~handrail.Tool`
     objects. A checkpointer is needed for any pause (SPEC rule 7). Duplicate tool or
     middleware names raise :class:`~handrail.errors.ConfigurationError`.
+
+    As in LangChain: ``response_format`` (a schema, ``ToolStrategy`` or
+    ``ProviderStrategy``) makes the final answer structured, in
+    ``state["structured_response"]``; ``state_schema`` adds state keys;
+    ``context_schema`` types ``invoke(..., context=...)``, which hooks and tools read
+    as ``runtime.context``; ``store`` is what they see as ``runtime.store``.
     """
+    from handrail import _compat_agent
+
     chat_model = _coerce_model(model)
-    middleware_list = list(middleware)
+    middleware_list = _compat_agent.extra_middleware(state_schema, response_format) + list(middleware)
     names: set[str] = set()
     for item in middleware_list:
         if not isinstance(item, AgentMiddleware):
@@ -134,6 +147,9 @@ def create_agent(
         middleware=middleware_list,
         system_prompt=system_prompt,
         store=checkpointer,
+        long_term_store=store,
+        context_schema=context_schema,
+        response_format=_compat_agent.resolve_response_format(response_format, chat_model),
     )
     return Agent(spec)
 
@@ -165,6 +181,27 @@ class Agent:
 
     def __init__(self, spec: AgentSpec) -> None:
         self._spec = spec
+        self._bound_config: dict[str, Any] = {}
+
+    def with_config(self, config: RunnableConfig | None = None, **kwargs: Any) -> Agent:
+        """A copy of the agent whose runs use ``config`` (and ``kwargs``) as defaults.
+
+        The caller's config is merged over it (``configurable`` and ``metadata`` key by
+        key). Example: ``agent.with_config({"recursion_limit": 50})``.
+        """
+        from handrail import _compat_agent
+
+        bound = Agent(self._spec)
+        bound._bound_config = _compat_agent.merge_configs(
+            _compat_agent.merge_configs(self._bound_config, config), kwargs
+        )
+        return bound
+
+    def get_graph(self, config: RunnableConfig | None = None, *, xray: Any = False) -> Any:
+        """The agent's steps as a graph: ``agent.get_graph().draw_mermaid()``."""
+        from handrail.graph import agent_graph
+
+        return agent_graph(self._spec)
 
     @property
     def name(self) -> str | None:
@@ -187,23 +224,38 @@ class Agent:
         return self._spec.model
 
     # Runs ---------------------------------------------------------------------------------
-    def invoke(self, input: Any, config: RunnableConfig | None = None, *, version: Version = "v1") -> Any:
+    def invoke(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        version: Version = "v1",
+        **kwargs: Any,
+    ) -> Any:
         """Run until the agent finishes or pauses; return the state (v1) or a GraphOutput (v2).
 
         ``input`` is ``{"messages": [...]}``, a :class:`~handrail.Command`, or None to
         continue the thread from where it stands. When paused, the v1 state holds
-        ``"__interrupt__"``: the pending :class:`~handrail.Interrupt` list.
+        ``"__interrupt__"``: the pending :class:`~handrail.Interrupt` list. ``context`` is
+        what hooks and tools read as ``runtime.context``.
         """
         _check_version(version)
-        env, request = self._prepare_run(input, config, frozenset())
+        env, request = self._prepare_run(input, config, frozenset(), context, kwargs)
         return _output(self._run_sync(env, request), version)
 
     async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, *, version: Version = "v1"
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        version: Version = "v1",
+        **kwargs: Any,
     ) -> Any:
         """Async :meth:`invoke`."""
         _check_version(version)
-        env, request = self._prepare_run(input, config, frozenset())
+        env, request = self._prepare_run(input, config, frozenset(), context, kwargs)
         return _output(await self._run_async(env, request), version)
 
     def stream(
@@ -213,6 +265,8 @@ class Agent:
         *,
         stream_mode: StreamMode | Sequence[StreamMode] = "values",
         version: Version = "v1",
+        context: Any = None,
+        **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield progress as it happens.
 
@@ -224,7 +278,7 @@ class Agent:
         """
         _check_version(version)
         modes, single = _parse_modes(stream_mode)
-        env, request = self._prepare_run(input, config, modes)
+        env, request = self._prepare_run(input, config, modes, context, kwargs)
         chunks: queue.Queue[tuple[str, Any]] = queue.Queue()
         cancelled = threading.Event()
 
@@ -266,11 +320,13 @@ class Agent:
         *,
         stream_mode: StreamMode | Sequence[StreamMode] = "values",
         version: Version = "v1",
+        context: Any = None,
+        **kwargs: Any,
     ) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
         _check_version(version)
         modes, single = _parse_modes(stream_mode)
-        env, request = self._prepare_run(input, config, modes)
+        env, request = self._prepare_run(input, config, modes, context, kwargs)
         chunks: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         env.emit = lambda mode, chunk: chunks.put_nowait((mode, chunk))
 
@@ -299,8 +355,17 @@ class Agent:
                     pass
 
     def _prepare_run(
-        self, input: Any, config: RunnableConfig | None, modes: frozenset[str]
+        self,
+        input: Any,
+        config: RunnableConfig | None,
+        modes: frozenset[str],
+        context: Any = None,
+        options: Mapping[str, Any] | None = None,
     ) -> tuple[Env, loop.RunRequest]:
+        from handrail import _compat_agent
+
+        config = _compat_agent.run_config(self, config, options or {})
+        context = _compat_agent.coerce_context(self._spec.context_schema, context)
         store, thread_id, configurable, can_pause, why = self._resolve(config, for_run=True)
         reviewer = _reviewer(configurable.get("reviewer"))
         metadata = (config or {}).get("metadata")
@@ -318,6 +383,7 @@ class Agent:
             metadata=metadata,
             can_pause=can_pause,
             why_cannot_pause=why,
+            context=context,
         )
         return Env(self._spec, store, thread_id, modes=modes), request
 

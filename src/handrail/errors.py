@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 __all__ = [
     "ConfigurationError",
     "ConflictError",
+    "GraphRecursionError",
     "HandrailError",
     "InvalidDecisionError",
     "InvalidInputError",
@@ -160,3 +161,10 @@ def stored_time(seconds: float, thread_id: str, record: str, seq: int | None = N
 
 
 _YEAR_10000 = 253402300800.0
+
+
+class GraphRecursionError(HandrailError, RecursionError):
+    """A run took more steps than ``config["recursion_limit"]`` allows (LangGraph's name).
+
+    Every step done so far is saved; raise the limit and ``invoke(None, config)`` to go on.
+    """

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, NotRequired, TypedDict
 import orjson
 
 __all__ = [
+    "REMOVE_ALL_MESSAGES",
     "AIMessage",
     "AIMessageChunk",
     "AnyMessage",
@@ -105,10 +106,24 @@ class BaseMessage:
                 parts.append(str(block.get("text", "")))
         return "".join(parts)
 
-    def pretty_repr(self) -> str:
-        """A short human-readable rendering, one header line then the content."""
-        header = f"{self.type} message" + (f" ({self.name})" if self.name else "")
-        return f"--- {header} ---\n{self.text}"
+    @property
+    def content_blocks(self) -> list[dict[str, Any]]:
+        """The content as typed blocks (``{"type": "text", "text": ...}``, ``reasoning``,
+        ``image``, ...; an AI message's tool calls as ``tool_call`` blocks), as in LangChain."""
+        from handrail._message_display import content_blocks
+
+        return content_blocks(self)
+
+    def pretty_repr(self, html: bool = False) -> str:
+        """The message laid out as LangChain prints it: a title rule, the name, the content,
+        the tool calls."""
+        from handrail._message_display import pretty_repr
+
+        return pretty_repr(self)
+
+    def pretty_print(self) -> None:
+        """Print :meth:`pretty_repr`."""
+        print(self.pretty_repr())
 
 
 @dataclass(eq=True)
@@ -402,6 +417,11 @@ def merge_messages_into(
         if message.id is None:
             message = replace(message, id=new_id())
         message_id: str = message.id  # type: ignore[assignment]
+        if isinstance(message, RemoveMessage) and message_id == REMOVE_ALL_MESSAGES:
+            messages.clear()  # what follows in the update is the new conversation
+            index.clear()
+            removed = False
+            continue
         if isinstance(message, RemoveMessage):
             position = index.pop(message_id, None)
             if position is not None:
@@ -421,3 +441,7 @@ def merge_messages_into(
 
 
 _REMOVED = RemoveMessage(id="__removed__")
+
+REMOVE_ALL_MESSAGES = "__remove_all__"
+"""``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` in a ``messages`` update drops every message
+before it (LangGraph's spelling): ``{"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *new]}``."""

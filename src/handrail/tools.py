@@ -24,7 +24,7 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import pydantic
 from pydantic import BaseModel, ConfigDict
@@ -67,6 +67,8 @@ class Tool:
         description: str | None = None,
         args_schema: type[BaseModel] | None = None,
         idempotent: bool = False,
+        return_direct: bool = False,
+        response_format: Literal["content", "content_and_artifact"] = "content",
     ) -> None:
         if not callable(func):
             raise TypeError(f"a tool needs a callable, got {type(func).__name__}")
@@ -80,6 +82,13 @@ class Tool:
         summary, arg_docs = _parse_docstring(inspect.getdoc(func) or "")
         self.description = description if description is not None else summary
         self.idempotent = bool(idempotent)
+        self.return_direct = bool(return_direct)
+        if response_format not in ("content", "content_and_artifact"):
+            raise ValueError(
+                f"tool {resolved!r}: response_format must be 'content' or 'content_and_artifact', "
+                f"got {response_format!r}"
+            )
+        self.response_format = response_format
         self.is_async = inspect.iscoroutinefunction(func)
         self._runtime_params = _runtime_params(func)
         self.args_schema = args_schema or _schema_from_signature(
@@ -167,6 +176,12 @@ def tool(
     description: str | None = None,
     args_schema: type[BaseModel] | None = None,
     idempotent: bool = False,
+    return_direct: bool = False,
+    response_format: Literal["content", "content_and_artifact"] = "content",
+    parse_docstring: bool = False,
+    infer_schema: bool = True,
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -177,6 +192,12 @@ def tool(
     description: str | None = None,
     args_schema: type[BaseModel] | None = None,
     idempotent: bool = False,
+    return_direct: bool = False,
+    response_format: Literal["content", "content_and_artifact"] = "content",
+    parse_docstring: bool = False,
+    infer_schema: bool = True,
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -188,6 +209,12 @@ def tool(
     description: str | None = None,
     args_schema: type[BaseModel] | None = None,
     idempotent: bool = False,
+    return_direct: bool = False,
+    response_format: Literal["content", "content_and_artifact"] = "content",
+    parse_docstring: bool = False,
+    infer_schema: bool = True,
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
 ) -> Any:
     """Make a :class:`Tool` from a function; use bare or with options.
 
@@ -202,14 +229,31 @@ def tool(
 
         @tool("search")
         def web_search(q: str) -> str: ...
+
+    As in LangChain: ``return_direct=True`` ends the run with the tool's result when
+    every call of the model's turn was to such a tool; ``response_format=
+    "content_and_artifact"`` makes the function return ``(content, artifact)``: the
+    model sees the content, the artifact is kept on the ``ToolMessage``;
+    ``args_schema=Model`` describes the arguments with a pydantic model.
+    ``parse_docstring``, ``infer_schema``, ``error_on_invalid_docstring`` and ``extras``
+    are accepted for LangChain code and change nothing: the ``Args:`` section of a
+    docstring always describes the arguments, and the schema always comes from the hints.
     """
     if isinstance(func, str):
         name, func = func, None
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "args_schema": args_schema,
+        "idempotent": idempotent,
+        "return_direct": return_direct,
+        "response_format": response_format,
+    }
     if func is not None:
-        return Tool(func, name=name, description=description, args_schema=args_schema, idempotent=idempotent)
+        return Tool(func, **options)
 
     def decorate(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, args_schema=args_schema, idempotent=idempotent)
+        return Tool(f, **options)
 
     return decorate
 
@@ -255,6 +299,9 @@ def _runtime_params(func: Callable[..., Any]) -> list[str]:
     import typing
 
     def is_runtime(hint: Any) -> bool:
+        origin = typing.get_origin(hint)
+        if isinstance(origin, type) and issubclass(origin, ToolRuntime):
+            return True  # ToolRuntime[Ctx] or ToolRuntime[Ctx, State]
         if isinstance(hint, type):
             return issubclass(hint, ToolRuntime)
         return any(is_runtime(arg) for arg in typing.get_args(hint) if arg is not type(None))

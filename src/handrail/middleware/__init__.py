@@ -1,5 +1,16 @@
-"""Middleware: the base class, the request types and the human-in-the-loop middleware."""
+"""Middleware: the base class, the request types, the decorators and the built-in middleware."""
 
+from handrail.middleware.decorators import (
+    after_agent,
+    after_model,
+    before_agent,
+    before_model,
+    dynamic_prompt,
+    hook_config,
+    wrap_model_call,
+    wrap_tool_call,
+)
+from handrail.middleware.fallback import ModelFallbackMiddleware
 from handrail.middleware.human_in_the_loop import (
     Action,
     ActionRequest,
@@ -15,6 +26,9 @@ from handrail.middleware.human_in_the_loop import (
     ReviewConfig,
     ToolApprovalRequest,
 )
+from handrail.middleware.limits import ModelCallLimitMiddleware, ToolCallLimitMiddleware
+from handrail.middleware.retry import ModelRetryMiddleware, ToolRetryMiddleware
+from handrail.middleware.summarization import SummarizationMiddleware
 from handrail.middleware.types import (
     AgentMiddleware,
     AgentState,
@@ -36,12 +50,26 @@ __all__ = [
     "HITLResponse",
     "HumanInTheLoopMiddleware",
     "InterruptOnConfig",
+    "ModelCallLimitMiddleware",
+    "ModelFallbackMiddleware",
     "ModelRequest",
     "ModelResponse",
+    "ModelRetryMiddleware",
     "RejectDecision",
     "RespondDecision",
     "ResumeContext",
     "ReviewConfig",
+    "SummarizationMiddleware",
     "ToolApprovalRequest",
+    "ToolCallLimitMiddleware",
     "ToolCallRequest",
+    "ToolRetryMiddleware",
+    "after_agent",
+    "after_model",
+    "before_agent",
+    "before_model",
+    "dynamic_prompt",
+    "hook_config",
+    "wrap_model_call",
+    "wrap_tool_call",
 ]

@@ -70,7 +70,15 @@ DecisionType = Literal["approve", "edit", "reject", "respond"]
 DECISION_TYPES: tuple[DecisionType, ...] = ("approve", "edit", "reject", "respond")
 
 DEFAULT_DESCRIPTION_PREFIX = "Tool execution requires approval"
-DEFAULT_EDIT_NOTICE = "Note: a reviewer edited this tool call before it ran."
+DEFAULT_EDIT_NOTICE = (
+    "Note: a human reviewer replaced this tool call before it ran. The call recorded in "
+    "your message is the one you produced, not the one that executed. This was "
+    "intentional and authorized. Do not re-issue your original call."
+)
+"""LangChain's default edit notice, word for word, so that a model reads the same text."""
+
+DECISION_SOURCE = "hitl_interrupt_decision"
+"""``additional_kwargs["lc_source"]`` of the ToolMessages that reject and respond decisions make."""
 
 
 class Action(TypedDict):
@@ -297,9 +305,17 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
         if message is None or not message.tool_calls:
             return None
         gated: list[tuple[ToolCall, _Policy]] = []
+        # a call another middleware already answered (a limit, a structured-output answer)
+        # will not run: there is nothing to review
+        answered_calls: set[str] = set()
+        for later in reversed(state["messages"]):  # results of this turn only: ids may repeat
+            if later is message:
+                break
+            if isinstance(later, ToolMessage):
+                answered_calls.add(later.tool_call_id)
         for call in message.tool_calls:
             policy = self.policies.get(call["name"])
-            if policy is None:
+            if policy is None or call.get("id") in answered_calls:
                 continue
             if policy.when is not None:
                 request = ToolCallRequest(
@@ -366,12 +382,18 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             return request, None
         call = request.tool_call
         call_id = str(call["id"])
-        if decision["type"] == "reject":
+        if decision["type"] in ("reject", "respond"):
+            # marked as LangChain marks them: made by the harness, from this decision type
+            marker = {"lc_source": DECISION_SOURCE, "lc_data": {"decision": decision["type"]}}
+            if decision["type"] == "respond":
+                return ToolMessage(
+                    decision["message"], tool_call_id=call_id, name=call["name"], additional_kwargs=marker
+                )
             text = reject_message(call["name"], call_id, decision.get("message"))
-            return ToolMessage(text, tool_call_id=call_id, name=call["name"], status="error")
-        if decision["type"] == "respond":
-            return ToolMessage(decision["message"], tool_call_id=call_id, name=call["name"])
-        edited = decision["edited_action"]
+            return ToolMessage(
+                text, tool_call_id=call_id, name=call["name"], status="error", additional_kwargs=marker
+            )
+        edited = cast("EditDecision", decision)["edited_action"]
         new_call = ToolCall(name=edited["name"], args=dict(edited["args"]), id=call_id, type="tool_call")
         return request.override(tool_call=new_call, tool=self._tools.get(edited["name"])), new_call
 
@@ -399,13 +421,18 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
     def _with_edit_notice(self, result: ToolMessage, ran: ToolCall | None) -> ToolMessage:
         if ran is None or self.edit_notice is None:
             return result
-        ran_text = json.dumps(ran["args"], ensure_ascii=False, default=str)
-        notice = f"{self.edit_notice}\nRan instead: {ran['name']} with args {ran_text}\n\n"
-        content: Any = (
-            notice + result.content
-            if isinstance(result.content, str)
-            else [{"type": "text", "text": notice}, *result.content]
+        # LangChain's layout: the notice, what ran, then the tool's own response
+        notice = (
+            f"{self.edit_notice} Executed instead: {ran['name']} with arguments "
+            f"{json.dumps(ran['args'], default=str)}."
         )
+        content: Any
+        if isinstance(result.content, str):
+            content = f"{notice}\n\nTool response:\n{result.content}" if result.content else notice
+        else:
+            heading = f"{notice}\n\nTool response:" if result.content else notice
+            plain = bool(result.content) and all(isinstance(block, str) for block in result.content)
+            content = [heading if plain else {"type": "text", "text": heading}, *result.content]
         return ToolMessage(
             content,
             tool_call_id=result.tool_call_id,
@@ -413,6 +440,7 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             status=result.status,
             id=result.id,
             artifact=result.artifact,
+            additional_kwargs=dict(result.additional_kwargs),
         )
 
     # Validation (SPEC rule 5) --------------------------------------------------------
@@ -671,6 +699,7 @@ def _tool_runtime(runtime: Runtime, call: ToolCall, state: Mapping[str, Any]) ->
         thread_id=runtime.thread_id,
         config=runtime.config,
         context=runtime.context,
+        store=runtime.store,
         stream_writer=runtime.stream_writer,
         reviewer=runtime.reviewer,
         step=runtime.step,

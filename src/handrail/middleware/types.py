@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from handrail.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
+from handrail.messages import AIMessage, BaseMessage, SystemMessage, ToolCall, ToolMessage
 from handrail.runtime.context import Runtime, ToolRuntime
 
 if TYPE_CHECKING:
@@ -53,19 +53,34 @@ class ModelRequest:
 
         def wrap_model_call(self, request, handler):
             return handler(request.override(system_prompt="Be brief."))
+
+    Only ``model`` and ``messages`` are required, so a test can build one with
+    ``ModelRequest(model=..., messages=[...])`` as in LangChain.
     """
 
     model: ChatModel
     messages: list[BaseMessage]
-    system_prompt: str | None
-    tools: list[Tool]
-    state: Mapping[str, Any]
-    runtime: Runtime
+    system_prompt: str | None = None
+    tools: list[Tool] = field(default_factory=list)
+    state: Mapping[str, Any] = field(default_factory=dict)
+    runtime: Runtime = field(default_factory=Runtime)
     tool_choice: Any = None
     model_settings: dict[str, Any] = field(default_factory=dict)
+    response_format: Any = None
+
+    @property
+    def system_message(self) -> SystemMessage | None:
+        """The system prompt as a ``SystemMessage`` (LangChain's spelling), or None."""
+        return SystemMessage(self.system_prompt) if self.system_prompt is not None else None
 
     def override(self, **changes: Any) -> ModelRequest:
-        """Return a copy with ``changes`` applied."""
+        """Return a copy with ``changes`` applied.
+
+        ``system_message=SystemMessage(...)`` is accepted as well as ``system_prompt=``.
+        """
+        if "system_message" in changes:
+            message = changes.pop("system_message")
+            changes["system_prompt"] = message.text if isinstance(message, BaseMessage) else message
         return dataclasses.replace(self, **changes)
 
 

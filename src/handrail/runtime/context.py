@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from handrail.errors import ConfigurationError
 
@@ -31,29 +33,56 @@ def _discard(_: Any) -> None:
     return None
 
 
-@dataclass(slots=True)
-class Runtime:
-    """Passed to middleware hooks: the thread, the run's config and its context.
+ContextT = TypeVar("ContextT", default=Any)
+StateT = TypeVar("StateT", default=Any)
 
-    ``context`` is ``config["context"]`` (any object the caller supplies);
-    ``stream_writer`` sends a chunk to ``stream_mode="custom"``; ``reviewer`` is who is
-    answering, when the run was started by a resume.
+
+@dataclass(slots=True, kw_only=True)
+class Runtime(Generic[ContextT]):
+    """Passed to middleware hooks: the run's context, store, stream writer and thread.
+
+    Every field has a default, so a hook can be unit-tested by calling it with
+    ``Runtime()`` or ``Runtime(context=...)``. ``Runtime[MyContext]`` works in
+    signatures, as in LangGraph.
+
+    - ``context``: what the caller passed as ``invoke(..., context=...)`` (or
+      ``config["context"]``); typed by ``create_agent(context_schema=...)``.
+    - ``store``: the ``store`` given to ``create_agent`` (None when there is none).
+    - ``stream_writer``: sends a chunk to ``stream_mode="custom"``.
+    - ``thread_id``, ``config``, ``reviewer`` (who answered, when the run was started by
+      a resume) and ``step`` (the step running now): handrail's own additions.
+
+    Example::
+
+        @dataclass
+        class Ctx:
+            user_id: str
+
+        class Greeter(AgentMiddleware):
+            def before_model(self, state, runtime: Runtime[Ctx]):
+                print("user", runtime.context.user_id)
+
+        Greeter().before_model({"messages": []}, Runtime(context=Ctx("u1")))
     """
 
-    thread_id: str | None
-    config: Mapping[str, Any]
-    context: Any = None
+    context: ContextT = None  # type: ignore[assignment]
+    store: Any = None
     stream_writer: StreamWriter = _discard
+    previous: Any = None
+    thread_id: str | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
     reviewer: Any = None
     step: str = ""
 
 
-@dataclass(slots=True)
-class ToolRuntime(Runtime):
+@dataclass(slots=True, kw_only=True)
+class ToolRuntime(Runtime[ContextT], Generic[ContextT, StateT]):
     """Injected into a tool that declares a parameter of this type.
 
-    Adds the calling ``tool_call_id`` and the ``state`` at the time of the call. The
-    parameter is hidden from the tool's argument schema.
+    Adds the calling ``tool_call_id`` and the ``state`` at the time of the call to what
+    :class:`Runtime` has (``context``, ``store``, ``stream_writer``, ``config``). The
+    parameter is hidden from the tool's argument schema. ``ToolRuntime[Ctx]`` and
+    ``ToolRuntime[Ctx, State]`` work in signatures.
 
     Example::
 
@@ -64,7 +93,7 @@ class ToolRuntime(Runtime):
     """
 
     tool_call_id: str = ""
-    state: Mapping[str, Any] = field(default_factory=dict)
+    state: StateT = field(default_factory=dict)  # type: ignore[assignment]
 
 
 class PauseSignal(BaseException):
@@ -90,6 +119,9 @@ class TaskContext:
     source: str | None = None
     why_cannot_pause: str = ""
     counter: int = 0
+    tool_errors: dict[str, BaseException] = field(default_factory=dict)
+    """The exception behind each error ToolMessage a tool's failure became (by call id),
+    for wrappers that retry (``ToolRetryMiddleware``)."""
 
     def next_index(self) -> int:
         index = self.counter

@@ -707,8 +707,23 @@ class RunTasks(Effect):
                 raise result
 
 
-def tool_result_message(result: Any, call_id: str, name: str) -> ToolMessage:
-    """Turn what a tool returned into its ToolMessage."""
+def tool_result_message(
+    result: Any, call_id: str, name: str, response_format: str = "content"
+) -> ToolMessage:
+    """Turn what a tool returned into its ToolMessage.
+
+    With ``response_format="content_and_artifact"`` the tool returns ``(content,
+    artifact)``: the content is what the model sees, the artifact rides on the message.
+    """
+    if response_format == "content_and_artifact" and not isinstance(result, ToolMessage):
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(
+                f"tool {name!r} has response_format='content_and_artifact' and must return a "
+                f"(content, artifact) tuple, got {type(result).__name__}"
+            )
+        message = tool_result_message(result[0], call_id, name)
+        message.artifact = result[1]
+        return message
     if isinstance(result, ToolMessage):
         if result.tool_call_id == call_id:
             return result

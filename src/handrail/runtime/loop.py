@@ -12,11 +12,13 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from handrail.errors import ConfigurationError, InvalidInputError
+from handrail import structured_output
+from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.runtime import rules
-from handrail.runtime.context import PauseSignal, Runtime, TaskContext, ToolRuntime
+from handrail.runtime.compat import recursion_limit, stream_metadata
+from handrail.runtime.context import PauseSignal, Runtime, TaskContext, ToolRuntime, current_task
 from handrail.runtime.effects import (
     CallHook,
     CallModel,
@@ -57,6 +59,7 @@ class RunRequest:
     metadata: Mapping[str, Any] | None
     can_pause: bool
     why_cannot_pause: str = ""
+    context: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,17 +128,27 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         buffer(env, events)
         if env.wants("values") and any(e.kind == "input" for e in events):
             env.send("values", fold.public_values())
-    runtime = Runtime(
+    runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
         config=request.config,
-        context=request.config.get("context"),
+        context=request.context if request.context is not None else request.config.get("context"),
+        store=spec.long_term_store,
         stream_writer=_writer(env),
         reviewer=request.reviewer,
     )
+    limit = recursion_limit(request.config)
+    taken = 0
     while fold.next:
         step = fold.next[0]
         if fold.pending and not (step == TOOLS and _runnable_tool_calls(fold)):
             break  # waiting for answers (rule 3: answered calls of a tools step still run)
+        taken += 1
+        if taken > limit:  # run() saves what the run did before the error leaves it
+            raise GraphRecursionError(
+                f"thread {env.thread_id!r}: recursion limit of {limit} steps reached before the agent "
+                f"finished (next step {step!r}); every step so far is saved. Raise "
+                "config['recursion_limit'] and invoke(None, config) to go on"
+            )
         runtime.step = step
         if step == TOOLS:
             yield from _tools_step(env, fold, request, runtime)
@@ -260,13 +273,21 @@ def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         tools=list(spec.tools.values()),
         state=state,
         runtime=runtime,
+        response_format=spec.response_format,
     )
-    metadata = {"thread_id": env.thread_id, "step": MODEL, "run_id": env.run_id}
+    metadata = stream_metadata(env, fold, MODEL) if env.wants("messages") else {}
+    retry = [False]
 
     def innermost(req: ModelRequest) -> Gen:
         messages = ([SystemMessage(req.system_prompt)] if req.system_prompt else []) + list(req.messages)
-        message = yield CallModel(req, messages, metadata, env.wants("messages"))
-        return ModelResponse(result=[message])
+        if req.response_format is None:
+            message = yield CallModel(req, messages, metadata, env.wants("messages"))
+            return ModelResponse(result=[message])
+        message = yield CallModel(structured_output.bind(req), messages, metadata, env.wants("messages"))
+        _prepare_ai_message(message, spec.name)  # the answer to a structured call needs its id
+        outcome = structured_output.handle(req.response_format, message)
+        retry[0] = outcome.retry
+        return ModelResponse(result=outcome.messages, structured_response=outcome.structured_response)
 
     task = _task(env, request, fold.answers_for(MODEL), None)
     if env.buffer:
@@ -281,7 +302,12 @@ def _model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     for message in response.result:
         if isinstance(message, AIMessage):
             _prepare_ai_message(message, spec.name)
-    _finish_step(env, fold, MODEL, {"messages": list(response.result)})
+    update: dict[str, Any] = {"messages": list(response.result)}
+    if response.structured_response is not None:
+        update["structured_response"] = response.structured_response
+    elif retry[0]:
+        update["jump_to"] = MODEL  # the structured answer was malformed: the model tries again
+    _finish_step(env, fold, MODEL, update)
 
 
 def _prepare_ai_message(message: AIMessage, agent_name: str | None) -> None:
@@ -331,6 +357,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             thread_id=env.thread_id,
             config=request.config,
             context=runtime.context,
+            store=runtime.store,
             stream_writer=runtime.stream_writer,
             reviewer=runtime.reviewer,
             step=TOOLS,
@@ -351,7 +378,11 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     if fold.pending:
         return
     results = [fold.task_results[call_id] for call_id in order]
-    buffer(env, [Event("step", {"step": TOOLS, "values": None, "next": None})])
+    data: dict[str, Any] = {"step": TOOLS, "values": None, "next": None}
+    ran = [spec.tools[m.name] for m in results if m.name in spec.tools]
+    if ran and all(t.return_direct for t in ran):
+        data["jump_to"] = "end"  # return_direct: the tools' results are the answer
+    buffer(env, [Event("step", data)])
     if env.modes:
         env.send("updates", {TOOLS: {"messages": results}})
         if env.wants("values"):
@@ -421,13 +452,19 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
     except ConfigurationError:
         raise  # e.g. interrupt() without a checkpointer: the agent is misconfigured, not the call
     except Exception as exc:  # a failing tool is a result the model can react to
+        task = current_task()
+        if task is not None:
+            task.tool_errors[call_id] = exc  # for a wrapper that retries
         return ToolMessage(
             f"Error: {type(exc).__name__}: {exc}",
             tool_call_id=call_id,
             name=tool.name,
             status="error",
         )
-    return tool_result_message(result, call_id, tool.name)
+    try:
+        return tool_result_message(result, call_id, tool.name, tool.response_format)
+    except TypeError as exc:  # a tool that broke its own response_format: the model sees why
+        return ToolMessage(f"Error: {exc}", tool_call_id=call_id, name=tool.name, status="error")
 
 
 def _ran(env: Env, event: Event) -> bool:

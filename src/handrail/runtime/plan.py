@@ -7,6 +7,10 @@
                                   +--------------------------------------------------+
              after_model* --no tool calls--> after_agent* -> (end)
 
+After the model's turn, calls that hooks answered themselves (every call has a
+ToolMessage) send the model round again, unless one of them was the structured-output
+answer, which ends the run.
+
 Each hook a middleware defines is its own step, named ``"<middleware>.<hook>"``;
 ``before_*`` steps follow the middleware list, ``after_*`` steps run it backwards. A
 hook may return ``jump_to`` (``"model"``, ``"tools"`` or ``"end"``) to change what runs
@@ -54,6 +58,8 @@ class Plan:
             for step in (*self.before_agent, *self.before_model, *self.after_model, *self.after_agent)
         }
         self.step_names = frozenset({MODEL, TOOLS, *self.hooks})
+        self.final_tools: frozenset[str] = frozenset()
+        """Tools whose answered call ends the run (the structured-output tools)."""
 
     def start(self) -> tuple[str, ...]:
         """The first step of a run that starts from new input."""
@@ -90,9 +96,17 @@ class Plan:
         return self._first(self.before_model) or (MODEL,)
 
     def _route(self, messages: list[BaseMessage]) -> tuple[str, ...]:
-        _, calls = pending_tool_calls(messages)
+        last, calls = pending_tool_calls(messages)
         if calls:
             return (TOOLS,)
+        if (
+            last is not None
+            and last.tool_calls
+            and not any(c["name"] in self.final_tools for c in last.tool_calls)
+        ):
+            # every call was answered without running (a hook's own ToolMessages, such as a
+            # call limit's): the model reads the answers, as in LangChain
+            return self._model_turn()
         return self._first(self.after_agent)
 
     def _finish(self, step: str) -> tuple[str, ...]:

@@ -63,6 +63,9 @@ class AgentSpec:
     middleware: list[AgentMiddleware]
     system_prompt: str | None
     store: BaseCheckpointSaver | None
+    long_term_store: Any = None  # create_agent(store=...): what hooks and tools see as runtime.store
+    context_schema: Any = None
+    response_format: Any = None  # a resolved ToolStrategy / ProviderStrategy, or None
     plan: Plan = field(init=False)
     middleware_by_name: dict[str, AgentMiddleware] = field(init=False)
     reducers: dict[str, Reducer] = field(init=False)
@@ -73,6 +76,9 @@ class AgentSpec:
 
     def __post_init__(self) -> None:
         self.plan = Plan(self.middleware)
+        specs = getattr(self.response_format, "schema_specs", None)  # a ToolStrategy's schemas
+        if specs:
+            self.plan.final_tools = frozenset(spec.name for spec in specs)
         self.middleware_by_name = {m.name: m for m in self.middleware}
         reducers: dict[str, Reducer] = {}
         keys = {"messages"}
@@ -81,6 +87,7 @@ class AgentSpec:
             keys |= schema_keys
             reducers.update(schema_reducers)
         keys.add("_hitl_decisions")
+        keys.add("structured_response")
         self.reducers = reducers
         self.state_keys = frozenset(keys)
         self.tool_wrappers = [m for m in self.middleware if any(hook_is_defined(m, "wrap_tool_call"))]
