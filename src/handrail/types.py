@@ -110,7 +110,9 @@ class AuditEntry:
       (for the human-in-the-loop middleware a ``HITLRequest``), ``kind`` is
       ``"interrupt"`` or ``"outcome_unknown"``;
     * ``"answered"`` - ``value`` is the answer given to ``interrupt_id``, ``reviewer``
-      who gave it (from ``config["configurable"]["reviewer"]``);
+      who gave it (from ``config["configurable"]["reviewer"]``, or the service's
+      credential), ``channel`` how it arrived (``"python"``, ``"http"``, ``"cli"``; None
+      for answers saved before channels were recorded);
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit),
       ``proposed`` is the call as the model proposed it;
     * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with.
@@ -124,6 +126,7 @@ class AuditEntry:
     kind: str | None = None
     value: Any = None
     reviewer: Any = None
+    channel: str | None = None
     tool_call_id: str | None = None
     tool: str | None = None
     args: dict[str, Any] | None = None

@@ -112,6 +112,7 @@ def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) 
                 interrupt_id=interrupt_id,
                 value=answer,
                 reviewer=data.get("reviewer"),
+                channel=data.get("channel"),
             )
             for interrupt_id, answer in data["answers"].items()
         ]
