@@ -359,6 +359,9 @@ class Agent:
         checkpoint_id = configurable.get("checkpoint_id")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):
             raise ConfigurationError("config['configurable']['checkpoint_id'] must be a string")
+        channel = configurable.get("channel", "python")
+        if not isinstance(channel, str) or not channel:
+            raise ConfigurationError("config['configurable']['channel'] must be a non-empty string")
         request = loop.RunRequest(
             input=input,
             config=config or {},
@@ -368,6 +371,7 @@ class Agent:
             metadata=metadata,
             can_pause=can_pause,
             why_cannot_pause=why,
+            channel=channel,
         )
         return Env(self._spec, store, thread_id, modes=modes), request
 

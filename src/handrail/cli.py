@@ -39,6 +39,7 @@ from handrail import __version__
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
+from handrail.server import commands as service_commands
 
 __all__ = ["DEFAULT_DB", "main"]
 
@@ -128,6 +129,9 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
     )
+    from handrail.server.commands import add_commands  # serve, tokens (handrail.server)
+
+    add_commands(commands)
     return parser
 
 
@@ -140,9 +144,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version print, then ask to exit
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         if args.command is None:
-            raise UsageError("choose a command: demo (see 'handrail --help')")
+            raise UsageError("choose a command: demo, serve or tokens (see 'handrail --help')")
         if args.command == "demo":
             return _demo(args, errors)
+        if args.command in service_commands.COMMANDS:
+            try:
+                return service_commands.run(args, Console(highlight=False))
+            except service_commands.CommandError as exc:
+                raise StoreError(str(exc)) from None
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:
         errors.print(f"handrail: error: {escape(str(exc))}", soft_wrap=True)

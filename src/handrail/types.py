@@ -69,6 +69,7 @@ class Configurable(TypedDict, total=False):
     thread_id: str
     checkpoint_id: str
     reviewer: str | Reviewer
+    channel: str  # how answers arrive, recorded with them (rule 11): "python" unless a service says
 
 
 class RunnableConfig(TypedDict, total=False):
