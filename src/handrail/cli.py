@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.markup import escape
 
-from handrail import __version__
+from handrail import __version__, review_cli
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
@@ -129,9 +129,8 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
     )
-    from handrail.server.commands import add_commands  # serve, tokens (handrail.server)
-
-    add_commands(commands)
+    service_commands.add_commands(commands)  # serve, tokens (handrail.server)
+    review_cli.add_commands(commands)  # inbox, show, approve, ... (handrail.review_cli)
     return parser
 
 
@@ -144,13 +143,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version print, then ask to exit
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         if args.command is None:
-            raise UsageError("choose a command: demo, serve or tokens (see 'handrail --help')")
+            raise UsageError("choose a command, e.g. demo, serve, tokens or inbox (see 'handrail --help')")
         if args.command == "demo":
             return _demo(args, errors)
         if args.command in service_commands.COMMANDS:
             try:
                 return service_commands.run(args, Console(highlight=False))
             except service_commands.CommandError as exc:
+                raise StoreError(str(exc)) from None
+        if args.command in review_cli.COMMANDS:
+            try:
+                return review_cli.run(args, Console(highlight=False))
+            except review_cli.CommandError as exc:
                 raise StoreError(str(exc)) from None
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:

@@ -7,71 +7,10 @@ LangGraph's own, unchanged, on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
-from conftest import Backend
-
-HERE = Path(__file__).resolve().parent
-HANDRAIL = [sys.executable, "-m", "handrail"]
-
-
-def make_token(backend: Backend, name: str, *roles: str) -> str:
-    args = [
-        *HANDRAIL,
-        "tokens",
-        "create",
-        "--name",
-        name,
-        *(f"--role={r}" for r in roles),
-        *backend.store_flags(),
-    ]
-    done = subprocess.run(args, capture_output=True, text=True, cwd=HERE, check=True, timeout=60)
-    return done.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture
-def served(backend: Backend) -> Iterator[str]:
-    """A running ``handrail serve``; yields its URL."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [*HANDRAIL, "serve", "served_agent:agent", *backend.store_flags(), "--port", "0"],
-        cwd=HERE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                break
-        else:
-            raise AssertionError("handrail serve stopped: " + "".join(lines))
-        assert "handrail tokens create" in process.stdout.readline() + process.stdout.readline()
-        drain = threading.Thread(target=process.stdout.read, daemon=True)  # never let the pipe fill up
-        drain.start()
-        yield found.group(1)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
+from conftest import Backend, make_token
 
 # langgraph_sdk is imported inside the tests: it imports langchain_core, and another test
 # checks that handrail itself never does.

@@ -11,8 +11,6 @@ the thread; ``?wait=true`` returns once the run paused again or ended.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,8 +24,7 @@ from handrail.server.problems import Problem
 from handrail.server.runs import RunRegistry
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
-from handrail.server.wire import to_wire
-from handrail.types import AuditEntry
+from handrail.server.wire import audit_csv, audit_entry, inbox_entry, to_wire
 
 __all__ = ["router"]
 
@@ -35,15 +32,6 @@ router = APIRouter(prefix="/handrail", tags=["reviews"])
 _ANSWER_SHAPE = (
     'the body must be a JSON object {"answer": ...}, e.g. {"answer": {"decisions": [{"type": "approve"}]}}'
 )
-
-
-def _review_configs(value: Mapping[str, Any]) -> list[Any]:
-    configs = value.get("review_configs")
-    if isinstance(configs, list):
-        return configs
-    if "name" in value:
-        return [{"action_name": value["name"], "allowed_decisions": value.get("allowed_decisions", [])}]
-    return []
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -99,23 +87,12 @@ async def inbox(
     )
     items = []
     for item in page.items:
-        value = item.interrupt.value if isinstance(item.interrupt.value, Mapping) else {}
-        entry: dict[str, Any] = {
-            "thread_id": item.thread_id,
-            "interrupt_id": item.interrupt.id,
-            "kind": item.kind,
-            "tools": list(item.tools),
-            "created_at": item.created_at.isoformat(),
-            "metadata": to_wire(item.metadata),
-            "value": to_wire(item.interrupt.value),
-            "action_requests": to_wire(value.get("action_requests") or ([value] if "name" in value else [])),
-            "review_configs": to_wire(_review_configs(value)),
-        }
+        last: list[Any] = []
         if messages:
             owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
             state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
-            entry["last_messages"] = to_wire(list(state.values.get("messages", []))[-messages:])
-        items.append(entry)
+            last = list(state.values.get("messages", []))[-messages:]
+        items.append(inbox_entry(item, last))
     return _json({"items": items, "next_cursor": page.next_cursor})
 
 
@@ -177,17 +154,6 @@ async def answer(
     return _json(body)
 
 
-_CSV_FIELDS = [
-    *("thread_id", "seq", "at", "event", "interrupt_id", "kind", "reviewer", "channel"),
-    *("tool_call_id", "tool", "args", "proposed", "value", "result"),
-]
-
-
-def _entry(entry: AuditEntry) -> dict[str, Any]:
-    out: dict[str, Any] = {name: to_wire(getattr(entry, name)) for name in _CSV_FIELDS}
-    return out
-
-
 @router.get("/threads/{thread_id}/audit")
 async def audit(
     thread_id: str,
@@ -197,14 +163,9 @@ async def audit(
 ) -> Response:
     """Who was asked what, who answered what, when and how, and what ran (JSON or CSV)."""
     _, agent, _ = await _service(request).owner(thread_id)
-    entries = [_entry(e) for e in await agent.aget_audit_trail({"configurable": {"thread_id": thread_id}})]
+    entries = [
+        audit_entry(e) for e in await agent.aget_audit_trail({"configurable": {"thread_id": thread_id}})
+    ]
     if format == "json":
         return _json(entries)
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=_CSV_FIELDS)
-    writer.writeheader()
-    for entry in entries:
-        writer.writerow(
-            {k: v if isinstance(v, str) or v is None else orjson.dumps(v).decode() for k, v in entry.items()}
-        )
-    return Response(out.getvalue(), media_type="text/csv")
+    return Response(audit_csv(entries), media_type="text/csv")

@@ -8,15 +8,20 @@ JSON strings, never markup.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
-from collections.abc import Mapping
+import io
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from handrail.messages import BaseMessage
-from handrail.types import Interrupt, StateSnapshot
+import orjson
 
-__all__ = ["checkpoint_of", "state_of", "to_wire"]
+from handrail.agent import PendingInterrupt
+from handrail.messages import BaseMessage
+from handrail.types import AuditEntry, Interrupt, StateSnapshot
+
+__all__ = ["audit_csv", "audit_entry", "checkpoint_of", "inbox_entry", "state_of", "to_wire"]
 
 
 def to_wire(value: Any) -> Any:
@@ -76,3 +81,53 @@ def state_of(thread_id: str, snapshot: StateSnapshot) -> dict[str, Any]:
         "tasks": tasks,
         "interrupts": interrupts,
     }
+
+
+def _review_configs(value: Mapping[str, Any]) -> list[Any]:
+    configs = value.get("review_configs")
+    if isinstance(configs, list):
+        return configs
+    if "name" in value:
+        return [{"action_name": value["name"], "allowed_decisions": value.get("allowed_decisions", [])}]
+    return []
+
+
+def inbox_entry(item: PendingInterrupt, last_messages: Sequence[Any]) -> dict[str, Any]:
+    """One inbox item: the review, its action requests and review configs, the last messages."""
+    value = item.interrupt.value if isinstance(item.interrupt.value, Mapping) else {}
+    requests = value.get("action_requests") or ([value] if "name" in value else [])
+    return {
+        "thread_id": item.thread_id,
+        "interrupt_id": item.interrupt.id,
+        "kind": item.kind,
+        "tools": list(item.tools),
+        "created_at": item.created_at.isoformat(),
+        "metadata": to_wire(item.metadata),
+        "value": to_wire(item.interrupt.value),
+        "action_requests": to_wire(requests),
+        "review_configs": to_wire(_review_configs(value)),
+        "last_messages": to_wire(list(last_messages)),
+    }
+
+
+AUDIT_FIELDS = [
+    *("thread_id", "seq", "at", "event", "interrupt_id", "kind", "reviewer", "channel"),
+    *("tool_call_id", "tool", "args", "proposed", "value", "result"),
+]
+
+
+def audit_entry(entry: AuditEntry) -> dict[str, Any]:
+    """One audit entry as JSON."""
+    return {name: to_wire(getattr(entry, name)) for name in AUDIT_FIELDS}
+
+
+def audit_csv(entries: Sequence[Mapping[str, Any]]) -> str:
+    """Audit entries (as :func:`audit_entry` gives them) as CSV, nested values as JSON."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=AUDIT_FIELDS)
+    writer.writeheader()
+    for entry in entries:
+        writer.writerow(
+            {k: v if isinstance(v, str) or v is None else orjson.dumps(v).decode() for k, v in entry.items()}
+        )
+    return out.getvalue()
