@@ -9,6 +9,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,9 @@ def make_token(backend: Backend, name: str, *roles: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def served(backend: Backend) -> Iterator[str]:
-    """A running ``handrail serve``; yields its URL."""
+@contextmanager
+def serving(backend: Backend) -> Iterator[str]:
+    """A running ``handrail serve`` process on the backend's store; yields its URL."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [*HANDRAIL, "serve", "served_agent:agent", *backend.store_flags(), "--port", "0"],
@@ -175,3 +176,10 @@ def served(backend: Backend) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture
+def served(backend: Backend) -> Iterator[str]:
+    """A running ``handrail serve``; yields its URL."""
+    with serving(backend) as url:
+        yield url

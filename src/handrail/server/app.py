@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from handrail.agent import Agent
-from handrail.server import reviews, runs, threads
+from handrail.server import events, reviews, runs, threads
 from handrail.server.db import ServerDB
 from handrail.server.problems import BodyLimit, install
 from handrail.server.runs import RunRegistry
@@ -31,7 +31,7 @@ def create_app(agents: Mapping[str, Agent], *, db: ServerDB, max_body: int = 102
         if agent.checkpointer is None:
             raise ValueError(f"agent {name!r} has no checkpointer: the service keeps threads in a store")
     service = Service(dict(agents), db)
-    registry = RunRegistry()
+    registry = RunRegistry(service.events)
     service.runs = registry
 
     @asynccontextmanager
@@ -57,6 +57,7 @@ def create_app(agents: Mapping[str, Agent], *, db: ServerDB, max_body: int = 102
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(reviews.router)
+    app.include_router(events.router)
 
     @app.get("/ok", tags=["meta"])
     async def ok() -> dict[str, bool]:

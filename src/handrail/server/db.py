@@ -29,6 +29,13 @@ _SCHEMA = [
         created_at DOUBLE PRECISION NOT NULL,
         revoked_at DOUBLE PRECISION
     )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_events (
+        id {serial} PRIMARY KEY,
+        key TEXT UNIQUE,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    )""",
     """CREATE TABLE IF NOT EXISTS handrail_server_threads (
         thread_id TEXT PRIMARY KEY,
         assistant_id TEXT NOT NULL,
@@ -51,8 +58,9 @@ class ServerDB:
         self._conn = conn
         self._postgres = postgres
         self._lock = threading.Lock()
+        serial = "BIGSERIAL" if postgres else "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid
         for statement in _SCHEMA:
-            self.execute(statement)
+            self.execute(statement.replace("{serial}", serial))
 
     @classmethod
     def open(

@@ -11,6 +11,7 @@ the thread; ``?wait=true`` returns once the run paused again or ended.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,6 +131,13 @@ async def answer(
                 f"{[i.id for i in state.interrupts] or 'none'}",
             ) from None
         raise
+    decided = {
+        "thread_id": thread_id,
+        "interrupt_id": interrupt_id,
+        "reviewer": decision.reviewer,
+        "channel": "http",
+    }
+    await asyncio.to_thread(service.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}")
     registry = service.runs
     assert isinstance(registry, RunRegistry)
     config = {"configurable": {"thread_id": thread_id, "reviewer": credential.reviewer, "channel": "http"}}

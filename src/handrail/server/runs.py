@@ -14,6 +14,7 @@ state, interrupts and audit trail are in the store).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -27,7 +28,9 @@ from starlette.responses import Response, StreamingResponse
 
 from handrail.agent import Agent
 from handrail.errors import HandrailError
+from handrail.runtime.authority import tools_asked
 from handrail.server.auth import caller
+from handrail.server.events import EventLog
 from handrail.server.problems import Problem
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
@@ -35,6 +38,8 @@ from handrail.server.wire import to_wire
 from handrail.types import Command
 
 __all__ = ["Run", "RunRegistry", "router"]
+
+log = logging.getLogger("handrail.server")
 
 router = APIRouter(tags=["runs"])
 
@@ -118,9 +123,10 @@ class Run:
 class RunRegistry:
     """The runs of this process, and the one active run of each thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: EventLog | None = None) -> None:
         self.runs: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
+        self.events = events
 
     def get(self, thread_id: str, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -164,14 +170,17 @@ class RunRegistry:
         modes: list[str],
         after: Run | None,
     ) -> None:
+        run_config: Any = config
         try:
             if after is not None:
                 await after.done.wait()
             run.status = "running"
             run.publish("metadata", {"run_id": run.run_id, "attempt": 1})
+            before: set[str] = set()
+            if isinstance(run_input, Command) and run_input.resume is not None and self.events is not None:
+                before = {i.id for i in (await agent.aget_state(run_config)).interrupts}
             wanted = {STREAM_MODES[m]: m for m in modes}
             agent_modes: list[Any] = sorted(set(wanted) | {"values"})
-            run_config: Any = config
             async for part in agent.astream(run_input, run_config, stream_mode=agent_modes, version="v2"):
                 mode = part["type"]
                 if mode not in wanted:
@@ -186,6 +195,7 @@ class RunRegistry:
                 values["__interrupt__"] = to_wire(list(snapshot.interrupts))
             run.result = values
             run.status = "success"
+            await self._announce(run, run_config, before, snapshot.interrupts)
         except asyncio.CancelledError:
             run.status = "interrupted"
             run.publish("error", {"error": "CancelledError", "message": "the run was cancelled"})
@@ -197,8 +207,49 @@ class RunRegistry:
             run.updated_at = time.time()
             if self.active.get(run.thread_id) is run:
                 del self.active[run.thread_id]
+            if self.events is not None:
+                finished = {"thread_id": run.thread_id, "run_id": run.run_id, "status": run.status}
+                try:
+                    await asyncio.to_thread(self.events.publish, "run.finished", finished)
+                except Exception:  # the live inbox must never break a run
+                    log.exception("could not record run.finished for run %s", run.run_id)
             run.done.set()
             run._wake.set()
+
+    async def _announce(self, run: Run, config: Any, before: set[str], pending: Any) -> None:
+        """The live inbox's events for what this run changed (``events.py``)."""
+        if self.events is None:
+            return
+        now = {i.id for i in pending}
+        configurable = config.get("configurable", {})
+        for interrupt_id in sorted(before - now):
+            decided = {
+                "thread_id": run.thread_id,
+                "interrupt_id": interrupt_id,
+                "reviewer": configurable.get("reviewer"),
+                "channel": configurable.get("channel"),
+            }
+            await asyncio.to_thread(
+                self.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}"
+            )
+        for interrupt in pending:
+            value = interrupt.value
+            kind = (
+                "outcome_unknown"
+                if isinstance(value, Mapping) and value.get("type") == "outcome_unknown"
+                else "interrupt"
+            )
+            requested = {
+                "thread_id": run.thread_id,
+                "interrupt_id": interrupt.id,
+                "kind": kind,
+                "tools": tools_asked(value),
+                "value": to_wire(value),
+                "assistant_id": run.assistant_id,
+            }
+            await asyncio.to_thread(
+                self.events.publish, "review.requested", requested, key=f"requested:{interrupt.id}"
+            )
 
 
 def _iso(seconds: float) -> str:
