@@ -127,6 +127,7 @@ class RunRegistry:
         self.runs: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
         self.events = events
+        self._publishing: set[asyncio.Task[None]] = set()
 
     def get(self, thread_id: str, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -171,6 +172,7 @@ class RunRegistry:
         after: Run | None,
     ) -> None:
         run_config: Any = config
+        announcements: list[tuple[str, dict[str, Any], str | None]] = []
         try:
             if after is not None:
                 await after.done.wait()
@@ -179,23 +181,26 @@ class RunRegistry:
             before: set[str] = set()
             if isinstance(run_input, Command) and run_input.resume is not None and self.events is not None:
                 before = {i.id for i in (await agent.aget_state(run_config)).interrupts}
-            wanted = {STREAM_MODES[m]: m for m in modes}
-            agent_modes: list[Any] = sorted(set(wanted) | {"values"})
-            async for part in agent.astream(run_input, run_config, stream_mode=agent_modes, version="v2"):
-                mode = part["type"]
-                if mode not in wanted:
-                    continue
-                data = part["data"]
-                if mode == "values" and "interrupts" in part:
-                    data = {**data, "__interrupt__": part["interrupts"]}
-                run.publish("messages" if mode == "messages" else mode, to_wire(data))
-            snapshot = await agent.aget_state(run_config)
-            values = to_wire(snapshot.values)
-            if snapshot.interrupts:
-                values["__interrupt__"] = to_wire(list(snapshot.interrupts))
+            if modes:
+                wanted = {STREAM_MODES[m]: m for m in modes}
+                agent_modes: list[Any] = sorted(wanted)
+                async for part in agent.astream(run_input, run_config, stream_mode=agent_modes, version="v2"):
+                    data = part["data"]
+                    if part["type"] == "values" and "interrupts" in part:
+                        data = {**data, "__interrupt__": part["interrupts"]}
+                    run.publish(part["type"], data)  # made JSON when a stream reads it
+                snapshot = await agent.aget_state(run_config)
+                pending = snapshot.interrupts
+                values = to_wire(snapshot.values)
+            else:  # runs.wait, runs.create, an answer's continuation: nobody streams it
+                output = await agent.ainvoke(run_input, run_config, version="v2")
+                pending = output.interrupts
+                values = to_wire(output.value)
+            if pending:
+                values["__interrupt__"] = to_wire(list(pending))
             run.result = values
             run.status = "success"
-            await self._announce(run, run_config, before, snapshot.interrupts)
+            announcements = self._announcements(run, run_config, before, pending)
         except asyncio.CancelledError:
             run.status = "interrupted"
             run.publish("error", {"error": "CancelledError", "message": "the run was cancelled"})
@@ -207,19 +212,32 @@ class RunRegistry:
             run.updated_at = time.time()
             if self.active.get(run.thread_id) is run:
                 del self.active[run.thread_id]
-            if self.events is not None:
-                finished = {"thread_id": run.thread_id, "run_id": run.run_id, "status": run.status}
-                try:
-                    await asyncio.to_thread(self.events.publish, "run.finished", finished)
-                except Exception:  # the live inbox must never break a run
-                    log.exception("could not record run.finished for run %s", run.run_id)
             run.done.set()
             run._wake.set()
+            if self.events is not None:
+                finished = {"thread_id": run.thread_id, "run_id": run.run_id, "status": run.status}
+                announcements.append(("run.finished", finished, None))
+                # After the run's callers are answered: the live inbox costs them nothing.
+                self._publishing.add(asyncio.get_running_loop().create_task(self._publish(announcements)))
 
-    async def _announce(self, run: Run, config: Any, before: set[str], pending: Any) -> None:
+    async def _publish(self, announcements: list[tuple[str, dict[str, Any], str | None]]) -> None:
+        events = self.events
+        assert events is not None
+        try:
+            for kind, data, key in announcements:
+                await asyncio.to_thread(events.publish, kind, data, key=key)
+        except Exception:  # the live inbox must never break a run
+            log.exception("could not record the live inbox's events %s", [a[0] for a in announcements])
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._publishing.discard(task)
+
+    def _announcements(
+        self, run: Run, config: Any, before: set[str], pending: Any
+    ) -> list[tuple[str, dict[str, Any], str | None]]:
         """The live inbox's events for what this run changed (``events.py``)."""
-        if self.events is None:
-            return
+        out: list[tuple[str, dict[str, Any], str | None]] = []
         now = {i.id for i in pending}
         configurable = config.get("configurable", {})
         for interrupt_id in sorted(before - now):
@@ -229,9 +247,7 @@ class RunRegistry:
                 "reviewer": configurable.get("reviewer"),
                 "channel": configurable.get("channel"),
             }
-            await asyncio.to_thread(
-                self.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}"
-            )
+            out.append(("review.decided", decided, f"decided:{interrupt_id}"))
         for interrupt in pending:
             value = interrupt.value
             kind = (
@@ -247,9 +263,8 @@ class RunRegistry:
                 "value": to_wire(value),
                 "assistant_id": run.assistant_id,
             }
-            await asyncio.to_thread(
-                self.events.publish, "review.requested", requested, key=f"requested:{interrupt.id}"
-            )
+            out.append(("review.requested", requested, f"requested:{interrupt.id}"))
+        return out
 
 
 def _iso(seconds: float) -> str:
@@ -353,8 +368,14 @@ def _check_fields(payload: Mapping[str, Any]) -> None:
             raise Problem(422, f"{name}={payload[name]!r} is not supported by handrail; supported: {allowed}")
 
 
-async def start_run(service: Service, thread_id: str | None, payload: Any, credential: Credential) -> Run:
-    """Check a run request and start it (a new thread when ``thread_id`` is None)."""
+async def start_run(
+    service: Service, thread_id: str | None, payload: Any, credential: Credential, *, streamed: bool = False
+) -> Run:
+    """Check a run request and start it (a new thread when ``thread_id`` is None).
+
+    A run nobody will stream (``runs.wait``; ``runs.create`` without ``stream_mode``)
+    keeps no events but its ``metadata``: it runs with ``ainvoke``, not ``astream``.
+    """
     if not isinstance(payload, Mapping):
         raise Problem(400, "the request body must be a JSON object")
     _check_fields(payload)
@@ -383,8 +404,10 @@ async def start_run(service: Service, thread_id: str | None, payload: Any, crede
     config = _config(payload, thread_id, credential)
     config["metadata"] = {**(row.metadata if row else {}), "assistant_id": assistant_id, **dict(metadata)}
     run_input = _run_input(payload)
+    modes = _modes(payload)
+    streamed = streamed or "stream_mode" in payload
     return _registry(service).start(
-        agent, assistant_id, thread_id, run_input, config, _modes(payload), dict(metadata)
+        agent, assistant_id, thread_id, run_input, config, modes if streamed else [], dict(metadata)
     )
 
 
@@ -397,7 +420,7 @@ def stream_response(run: Run) -> StreamingResponse:
 
     async def body() -> AsyncIterator[bytes]:
         async for event, data in run.follow():
-            yield _sse(event, data)
+            yield _sse(event, to_wire(data))
 
     return StreamingResponse(
         body(),
@@ -456,7 +479,7 @@ async def stream_run(
     thread_id: str, request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
 ) -> StreamingResponse:
     """Run and stream its events (SSE)."""
-    return stream_response(await start_run(_service(request), thread_id, payload, credential))
+    return stream_response(await start_run(_service(request), thread_id, payload, credential, streamed=True))
 
 
 @router.post("/runs/stream")
@@ -464,7 +487,7 @@ async def stream_stateless_run(
     request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
 ) -> StreamingResponse:
     """Run on a new thread and stream its events (SSE)."""
-    return stream_response(await start_run(_service(request), None, payload, credential))
+    return stream_response(await start_run(_service(request), None, payload, credential, streamed=True))
 
 
 @router.get("/threads/{thread_id}/runs")

@@ -24,12 +24,20 @@ from handrail.types import AuditEntry, Interrupt, StateSnapshot
 __all__ = ["audit_csv", "audit_entry", "checkpoint_of", "inbox_entry", "state_of", "to_wire"]
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def to_wire(value: Any) -> Any:
     """A JSON-ready copy of ``value`` (messages, interrupts, tuples, datetimes converted)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
     if isinstance(value, BaseMessage):
+        names = _FIELDS.get(type(value))
+        if names is None:
+            names = _FIELDS[type(value)] = tuple(f.name for f in dataclasses.fields(value))
         out: dict[str, Any] = {"type": value.type}
-        for field in dataclasses.fields(value):
-            out[field.name] = to_wire(getattr(value, field.name))
+        for name in names:
+            out[name] = to_wire(getattr(value, name))
         return out
     if isinstance(value, Interrupt):
         return {"value": to_wire(value.value), "id": value.id}
@@ -39,8 +47,6 @@ def to_wire(value: Any) -> Any:
         return [to_wire(v) for v in value]
     if isinstance(value, datetime):
         return value.isoformat()
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
     return str(value)
 
 
