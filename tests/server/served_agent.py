@@ -2,11 +2,14 @@
 
 ``handrail serve served_agent:agent`` (run from this folder) serves it; the tests also
 build it in-process. ``execute_sql`` is reviewed by the ``dba`` role only; ``write_file``
-by anyone. A user message ``"write NAME"`` makes it propose ``write_file`` instead.
+by anyone. A user message ``"write NAME"`` makes it propose ``write_file`` instead, ``"block PATH"``
+an unreviewed call that waits for a file (to kill a service in the middle of a tool).
 """
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from handrail import (
@@ -33,10 +36,22 @@ def write_file(path: str, content: str) -> str:
     return f"wrote {path}"
 
 
+def block(path: str) -> str:
+    """Mark that it started (PATH.started), then wait for PATH.go: a tool to kill a process in."""
+    Path(path + ".started").write_text("started")
+    deadline = time.monotonic() + 120
+    while not Path(path + ".go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    RAN.append(("block", {"path": path}))
+    return f"unblocked {path}"
+
+
 def next_turn(messages: list[Any]) -> AIMessage:
     last = messages[-1]
     if isinstance(last, HumanMessage):
         text = last.text
+        if text.startswith("block "):
+            return AIMessage("", tool_calls=[{"name": "block", "args": {"path": text[6:]}}])
         if text.startswith("write "):
             return AIMessage(
                 "", tool_calls=[{"name": "write_file", "args": {"path": text[6:], "content": "x"}}]
@@ -49,7 +64,7 @@ def build(checkpointer: Any = None) -> Any:
     """The agent, on ``checkpointer`` (default: in memory; ``handrail serve`` gives its own)."""
     return create_agent(
         ScriptedModel([next_turn] * 100_000),
-        tools=[execute_sql, write_file],
+        tools=[execute_sql, write_file, block],
         middleware=[
             HumanInTheLoopMiddleware(
                 {

@@ -7,8 +7,11 @@ only the reviews they may decide (rule 12).
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -117,3 +120,41 @@ def test_two_services_on_one_store_share_the_inbox_and_one_answer_wins(backend: 
         )
         tool_results = [m for m in state.json()["values"]["messages"] if m["type"] == "tool"]
         assert len(tool_results) == 1  # the tool ran once
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_service_killed_mid_tool_is_recovered_by_another(backend: Backend, tmp_path: Any) -> None:
+    """Rule 9 across services: SIGKILL the process running a tool; the other shows the call as
+    outcome_unknown (it is not run again silently), and an answer through it settles it."""
+    import signal
+
+    alice = make_token(backend, "alice", "dba")
+    marker = str(tmp_path / "tool")
+    with serving(backend) as first, serving(backend) as second:
+        thread = httpx.post(f"{first}/threads", json={}, headers={"x-api-key": alice}, timeout=60).json()
+        run = {"assistant_id": "sql", "input": {"messages": [{"role": "user", "content": f"block {marker}"}]}}
+        path = f"{first}/threads/{thread['thread_id']}/runs"
+        assert httpx.post(path, json=run, headers={"x-api-key": alice}, timeout=60).status_code == 200
+        deadline = time.monotonic() + 60
+        while not Path(marker + ".started").exists():
+            assert time.monotonic() < deadline, "the tool never started"
+            time.sleep(0.05)
+        pid = int(httpx.get(f"{first}/info", timeout=60).json()["pid"])
+        os.kill(pid, signal.SIGKILL)
+        state = {}
+        deadline = time.monotonic() + 60
+        while not state.get("interrupts"):
+            assert time.monotonic() < deadline, state
+            reply = httpx.get(
+                f"{second}/threads/{thread['thread_id']}/state", headers={"x-api-key": alice}, timeout=60
+            )
+            state = reply.json()
+            time.sleep(0.2)
+        (interrupt,) = state["interrupts"]
+        assert interrupt["value"]["type"] == "outcome_unknown" and interrupt["value"]["name"] == "block"
+        answer = {"answer": {"type": "respond", "message": "it ran: unblocked by hand"}}
+        path = (
+            f"{second}/handrail/threads/{thread['thread_id']}/interrupts/{interrupt['id']}/answer?wait=true"
+        )
+        done = httpx.post(path, json=answer, headers={"x-api-key": alice}, timeout=60).json()
+        assert done["values"]["messages"][-1]["content"] == "done: it ran: unblocked by hand"

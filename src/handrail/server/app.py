@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -67,7 +68,12 @@ def create_app(agents: Mapping[str, Agent], *, db: ServerDB, max_body: int = 102
     @app.get("/info", tags=["meta"])
     async def info() -> dict[str, object]:
         """What this server is (no credential needed), as LangGraph's ``/info``."""
-        return {"version": "0.1.0", "handrail": True, "flags": {"assistants": True, "crons": False}}
+        return {
+            "version": "0.1.0",
+            "handrail": True,
+            "pid": os.getpid(),
+            "flags": {"assistants": True, "crons": False},
+        }
 
     app.add_middleware(BodyLimit, limit=max_body)
     return app
