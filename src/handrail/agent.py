@@ -13,7 +13,7 @@ import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -21,12 +21,13 @@ import orjson
 
 from handrail.checkpoint.base import BaseCheckpointSaver, PendingFilter, ThreadFilter, ThreadRecord
 from handrail.checkpoint.memory import InMemorySaver
-from handrail.errors import ConfigurationError, InvalidInputError, stored_time
+from handrail.decisions import Decision, name_first_answer
+from handrail.errors import ConfigurationError, ConflictError, InvalidInputError, stored_time
 from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
-from handrail.runtime import loop, maintenance, reading
+from handrail.runtime import inbox, loop, maintenance, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync
 from handrail.runtime.events import decode_review
 from handrail.runtime.spec import AgentSpec
@@ -34,6 +35,7 @@ from handrail.tools import Tool, coerce_tool
 from handrail.types import (
     AuditEntry,
     AuditVerification,
+    Command,
     GraphOutput,
     Interrupt,
     RunnableConfig,
@@ -354,6 +356,62 @@ class Agent:
                 except (asyncio.CancelledError, Exception):
                     pass
 
+    # Answers without running them (SPEC §5.1) -----------------------------------------------
+    def decide(
+        self, thread_id: str, interrupt_id: str, answer: Any, *, reviewer: Any, channel: str = "python"
+    ) -> Decision:
+        """Record ``reviewer``'s answer to one interrupt, without running anything.
+
+        The answer is checked as a resume is (rule 5) and against the policy's
+        ``reviewers`` roles (rule 12: :class:`~handrail.errors.NotAllowedError`, a
+        ``PermissionError``), then saved with the reviewer, the channel and the time
+        (rule 11). ``agent.invoke(None, config)`` (or the service's worker) then runs it.
+        An interrupt answered first by someone else raises
+        :class:`~handrail.errors.AlreadyAnsweredError`, naming who and when.
+
+        Example::
+
+            agent.decide("some_id", item.interrupt.id, {"decisions": [{"type": "approve"}]},
+                         reviewer={"id": "alice", "roles": ["dba"]})
+            agent.invoke(None, {"configurable": {"thread_id": "some_id"}})
+        """
+        env, request = self._decision_run(thread_id, interrupt_id, answer, reviewer, channel)
+        try:
+            self._run_sync(env, request)
+        except ConflictError as exc:
+            if interrupt_id not in exc.interrupt_ids:
+                raise
+            trail = self.get_audit_trail(request.config)
+            raise name_first_answer(exc, interrupt_id, trail) from None
+        return _decision(env, request, interrupt_id)
+
+    async def adecide(
+        self, thread_id: str, interrupt_id: str, answer: Any, *, reviewer: Any, channel: str = "python"
+    ) -> Decision:
+        """Async :meth:`decide`."""
+        env, request = self._decision_run(thread_id, interrupt_id, answer, reviewer, channel)
+        try:
+            await self._run_async(env, request)
+        except ConflictError as exc:
+            if interrupt_id not in exc.interrupt_ids:
+                raise
+            trail = await self.aget_audit_trail(request.config)
+            raise name_first_answer(exc, interrupt_id, trail) from None
+        return _decision(env, request, interrupt_id)
+
+    def _decision_run(
+        self, thread_id: str, interrupt_id: str, answer: Any, reviewer: Any, channel: str
+    ) -> tuple[Env, loop.RunRequest]:
+        if reviewer is None:
+            raise ConfigurationError("decide needs a reviewer: a string id or {'id': str, 'roles': [...]}")
+        if not isinstance(interrupt_id, str) or not interrupt_id:
+            raise InvalidInputError(f"interrupt_id must be a non-empty string, got {interrupt_id!r}")
+        if not isinstance(channel, str) or not channel:
+            raise InvalidInputError(f"channel must be a non-empty string, got {channel!r}")
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "reviewer": reviewer}}
+        env, request = self._prepare_run(Command(resume={interrupt_id: answer}), config, frozenset())
+        return env, replace(request, channel=channel, record_only=True)
+
     def _prepare_run(
         self,
         input: Any,
@@ -374,6 +432,9 @@ class Agent:
         checkpoint_id = configurable.get("checkpoint_id")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):
             raise ConfigurationError("config['configurable']['checkpoint_id'] must be a string")
+        channel = configurable.get("channel", "python")
+        if not isinstance(channel, str) or not channel:
+            raise ConfigurationError("config['configurable']['channel'] must be a non-empty string")
         request = loop.RunRequest(
             input=input,
             config=config or {},
@@ -384,6 +445,7 @@ class Agent:
             can_pause=can_pause,
             why_cannot_pause=why,
             context=context,
+            channel=channel,
         )
         return Env(self._spec, store, thread_id, modes=modes), request
 
@@ -547,16 +609,22 @@ class Agent:
         kind: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        reviewer: Any = None,
     ) -> InterruptPage:
         """Pending interrupts across all threads, oldest first: the reviewers' inbox.
 
         Filter by ``tool`` name, ``thread_id``, ``older_than`` (seconds or a timedelta),
         thread ``metadata`` (a subset match) and ``kind`` (``"interrupt"`` or
-        ``"outcome_unknown"``). Pages hold ``limit`` items; pass ``next_cursor`` on.
+        ``"outcome_unknown"``). With ``reviewer`` (``{"id", "roles"}``), only what that
+        reviewer may decide (SPEC rule 12). Pages hold ``limit`` items; pass
+        ``next_cursor`` on.
         """
         store = self._store_or_raise()
         filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor)
-        return _page(store.list_pending(filter), filter.limit)
+        if reviewer is None:
+            return _page(store.list_pending(filter), filter.limit)
+        env = Env(self._spec, store, "")
+        return _page(drive_sync(inbox.visible_pending(env, filter, _reviewer(reviewer)), env), filter.limit)
 
     async def alist_interrupts(
         self,
@@ -568,11 +636,16 @@ class Agent:
         kind: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        reviewer: Any = None,
     ) -> InterruptPage:
         """Async :meth:`list_interrupts`."""
         store = self._store_or_raise()
         filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor)
-        return _page(await store.alist_pending(filter), filter.limit)
+        if reviewer is None:
+            return _page(await store.alist_pending(filter), filter.limit)
+        env = Env(self._spec, store, "")
+        items = await drive_async(inbox.visible_pending(env, filter, _reviewer(reviewer)), env)
+        return _page(items, filter.limit)
 
     def list_threads(
         self,
@@ -767,6 +840,12 @@ def _reviewer(value: Any) -> Any:
     raise ConfigurationError(
         f"reviewer must be a string id or {{'id': str, 'roles': [str, ...]}}, got {value!r}"
     )
+
+
+def _decision(env: Env, request: loop.RunRequest, interrupt_id: str) -> Decision:
+    fold = env.fold
+    answer = fold.answers.get(interrupt_id) if fold is not None else None
+    return Decision(env.thread_id, interrupt_id, answer, request.reviewer, request.channel)
 
 
 def _checkpoint_of(config: RunnableConfig | None) -> str | None:

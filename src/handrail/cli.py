@@ -41,11 +41,12 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.markup import escape
 
-from handrail import __version__
+from handrail import __version__, review_cli
 from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
+from handrail.server import commands as service_commands
 
 __all__ = ["DEFAULT_DB", "main"]
 
@@ -140,9 +141,8 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
     )
-    from handrail import cli_audit
-
-    cli_audit.add_parser(commands, DEFAULT_DB)
+    service_commands.add_commands(commands)  # serve, tokens (handrail.server)
+    review_cli.add_commands(commands)  # inbox, show, approve, ..., audit (handrail.review_cli)
     return parser
 
 
@@ -155,13 +155,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:  # --help and --version print, then ask to exit
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         if args.command is None:
-            raise UsageError("choose a command: demo, audit (see 'handrail --help')")
+            raise UsageError("choose a command, e.g. demo, serve, tokens or inbox (see 'handrail --help')")
         if args.command == "demo":
             return _demo(args, errors)
-        if args.command == "audit":
+        if args.command == "audit" and args.thread_id[0] == "verify":
             from handrail import cli_audit
 
             return cli_audit.run(args, _open_store, UsageError)
+        if args.command in service_commands.COMMANDS:
+            try:
+                return service_commands.run(args, Console(highlight=False))
+            except service_commands.CommandError as exc:
+                raise StoreError(str(exc)) from None
+        if args.command in review_cli.COMMANDS:
+            try:
+                return review_cli.run(args, Console(highlight=False))
+            except review_cli.CommandError as exc:
+                raise StoreError(str(exc)) from None
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:
         errors.print(f"handrail: error: {escape(str(exc))}", soft_wrap=True)

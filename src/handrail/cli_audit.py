@@ -1,5 +1,7 @@
 """``handrail audit verify``: check threads' logs against their hash chains (SPEC rule 18).
 
+The ``audit`` parser is the review CLI's (``review_cli.py``); ``audit verify`` comes here.
+
 ::
 
     handrail audit verify THREAD [THREAD ...] [--db PATH | --postgres DSN]
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -23,44 +24,23 @@ from rich.markup import escape
 from handrail.checkpoint.base import BaseCheckpointSaver, ThreadFilter
 from handrail.types import AuditVerification
 
-__all__ = ["add_parser", "run"]
+__all__ = ["run", "verify_thread"]
 
 _PAGE = 500
 
 
-def add_parser(commands: Any, default_db: Path) -> None:
-    """Add ``audit verify`` to the ``handrail`` command's subcommands."""
-    audit = commands.add_parser(
-        "audit",
-        help="check that threads' audit trails are intact",
-        description="Check stored threads against the hash chain over their logs (each record "
-        "holds a hash of its content and of the record before it).",
-    )
-    actions = audit.add_subparsers(dest="audit_command", metavar="ACTION", title="actions")
-    verify = actions.add_parser(
-        "verify",
-        help="check threads' logs against their hash chains",
-        description="Check each thread's stored records against their hashes; name the first "
-        "record that does not match, and how. Exit code 1 when one does not.",
-    )
-    verify.add_argument("threads", nargs="*", metavar="THREAD", help="the thread ids to check")
-    verify.add_argument("--all", action="store_true", help="check every thread in the store")
-    store = verify.add_mutually_exclusive_group()
-    store.add_argument("--db", type=Path, metavar="PATH", help=f"the SQLite file (default: ./{default_db})")
-    store.add_argument("--postgres", metavar="DSN", help="a PostgreSQL store instead")
-
-
 def run(args: argparse.Namespace, open_store: Any, usage_error: type[Exception]) -> int:
     """Run ``handrail audit ...``; ``open_store`` opens the saver ``--db``/``--postgres`` name."""
-    if args.audit_command != "verify":
-        raise usage_error("choose an action: verify (see 'handrail audit --help')")
-    if bool(args.threads) == bool(args.all):
+    threads = args.thread_id[1:]  # after the word "verify"
+    if bool(threads) == bool(args.all):
         raise usage_error("name the threads to check, or pass --all (not both)")
+    if args.url or args.token:
+        raise usage_error("audit verify reads a store: give --db PATH or --postgres DSN, not a service")
     console = Console(highlight=False)
     failed = 0
     checked = 0
     with open_store(args, existing=True) as (saver, where):
-        for thread_id in args.threads or _every_thread(saver):
+        for thread_id in threads or _every_thread(saver):
             report = verify_thread(saver, thread_id)
             checked += 1
             failed += not report.ok

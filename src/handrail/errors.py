@@ -21,12 +21,14 @@ import reprlib
 from datetime import UTC, datetime
 
 __all__ = [
+    "AlreadyAnsweredError",
     "ConfigurationError",
     "ConflictError",
     "GraphRecursionError",
     "HandrailError",
     "InvalidDecisionError",
     "InvalidInputError",
+    "NotAllowedError",
     "PendingInterruptError",
     "SerializationError",
     "StoreUnavailableError",
@@ -97,6 +99,52 @@ class ConflictError(HandrailError):
         super().__init__(message)
         self.thread_id = thread_id
         self.interrupt_ids = interrupt_ids
+
+
+class NotAllowedError(HandrailError, PermissionError):
+    """This reviewer may not answer this review (SPEC rule 12); nothing was saved.
+
+    Raised when a policy's ``reviewers`` roles exclude the reviewer who answers (or
+    when an answer names no reviewer at all). ``interrupt_id`` names the review,
+    ``reviewer`` who tried and ``roles`` the roles that may decide it. The service
+    answers it with a 403.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        interrupt_id: str | None = None,
+        reviewer: str | None = None,
+        roles: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.interrupt_id = interrupt_id
+        self.reviewer = reviewer
+        self.roles = roles
+
+
+class AlreadyAnsweredError(ConflictError):
+    """The interrupt was answered already (SPEC rule 8); says by whom, when and how.
+
+    Raised by :meth:`~handrail.Agent.decide` in place of a plain
+    :class:`ConflictError` when the earlier answer is found in the audit trail.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str,
+        interrupt_id: str,
+        answered_by: str | None,
+        answered_at: datetime,
+        channel: str | None,
+    ) -> None:
+        super().__init__(message, thread_id=thread_id, interrupt_ids=(interrupt_id,))
+        self.answered_by = answered_by
+        self.answered_at = answered_at
+        self.channel = channel
 
 
 class SerializationError(HandrailError):

@@ -76,6 +76,7 @@ class Configurable(TypedDict, total=False):
     thread_id: str
     checkpoint_id: str
     reviewer: str | Reviewer
+    channel: str  # how answers arrive, recorded with them (rule 11): "python" unless a service says
 
 
 class RunnableConfig(TypedDict, total=False):
@@ -117,7 +118,9 @@ class AuditEntry:
       (for the human-in-the-loop middleware a ``HITLRequest``), ``kind`` is
       ``"interrupt"`` or ``"outcome_unknown"``;
     * ``"answered"`` - ``value`` is the answer given to ``interrupt_id``, ``reviewer``
-      who gave it (from ``config["configurable"]["reviewer"]``);
+      who gave it (from ``config["configurable"]["reviewer"]``, or the service's
+      credential), ``channel`` how it arrived (``"python"``, ``"http"``, ``"cli"``; None
+      for answers saved before channels were recorded);
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit),
       ``proposed`` is the call as the model proposed it;
     * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with.
@@ -131,6 +134,7 @@ class AuditEntry:
     kind: str | None = None
     value: Any = None
     reviewer: Any = None
+    channel: str | None = None
     tool_call_id: str | None = None
     tool: str | None = None
     args: dict[str, Any] | None = None
@@ -163,3 +167,4 @@ class AuditVerification:
     first_bad: int | None = None
     reason: str | None = None
     unsealed: int = 0
+    head_hash: str | None = None

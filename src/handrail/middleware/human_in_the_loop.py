@@ -168,16 +168,23 @@ class InterruptOnConfig(TypedDict, total=False):
     ``allowed_decisions`` (required, non-empty); ``description`` (a string or a
     callable ``(tool_call, state, runtime) -> str``); ``when`` (``request -> bool``: review
     only when true); ``args_schema`` (the JSON schema shown to reviewers; defaults to the
-    tool's own).
+    tool's own); ``reviewers`` (the roles that may decide, SPEC rule 12; default: any
+    reviewer). The other SPEC §5.1 keys (``required_approvals``, ``expires_after``, ...)
+    are refused with a ConfigurationError until a version enforces them.
     """
 
     allowed_decisions: list[DecisionType]
     description: str | DescriptionFactory
     when: Callable[[ToolCallRequest], bool]
     args_schema: dict[str, Any]
+    reviewers: list[str]
 
 
-_CONFIG_KEYS = frozenset({"allowed_decisions", "description", "when", "args_schema"})
+_CONFIG_KEYS = frozenset({"allowed_decisions", "description", "when", "args_schema", "reviewers"})
+# SPEC §5.1 keys that later versions enforce; refused until then, never silently ignored.
+_NOT_YET_KEYS = frozenset(
+    {"allow_self_approval", "required_approvals", "expires_after", "on_expiry", "grantable"}
+)
 _LEGACY_KEYS = {"allow_accept": ("approve",), "allow_edit": ("edit",), "allow_respond": ("respond", "reject")}
 _DECISION_KEYS: dict[str, frozenset[str]] = {
     "approve": frozenset({"type"}),
@@ -194,6 +201,7 @@ class _Policy:
     description: str | DescriptionFactory | None
     when: Callable[[ToolCallRequest], bool] | None
     args_schema: dict[str, Any] | None
+    reviewers: tuple[str, ...] | None = None  # roles that may decide (SPEC rule 12); None: anyone
 
 
 def reject_message(name: str, call_id: str, message: str | None) -> str:
@@ -583,6 +591,12 @@ def _parse_policy(tool_name: str, config: Any) -> _Policy | None:
             f"interrupt_on[{tool_name!r}] must be True, False or a dict with 'allowed_decisions', "
             f"got {_short(config)} (False turns review off for this tool)"
         )
+    later = sorted(set(config) & _NOT_YET_KEYS)
+    if later:
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] uses {later}, which this version of handrail does not "
+            "enforce yet; remove them (a policy is never weaker than it reads)"
+        )
     unknown = sorted(set(config) - _CONFIG_KEYS - set(_LEGACY_KEYS))
     if unknown:
         raise ConfigurationError(
@@ -641,11 +655,22 @@ def _parse_policy(tool_name: str, config: Any) -> _Policy | None:
     schema = config.get("args_schema")
     if schema is not None and not isinstance(schema, Mapping):
         raise ConfigurationError(f"interrupt_on[{tool_name!r}] args_schema must be a JSON schema dict")
+    reviewers = config.get("reviewers")
+    if reviewers is not None and (
+        not isinstance(reviewers, (list, tuple))
+        or not reviewers
+        or not all(isinstance(role, str) and role for role in reviewers)
+    ):
+        raise ConfigurationError(
+            f"interrupt_on[{tool_name!r}] reviewers must be a non-empty list of role names, "
+            f"got {_short(reviewers)}"
+        )
     return _Policy(
         allowed=tuple(cast(list[DecisionType], allowed_list)),
         description=description,
         when=when,
         args_schema=dict(schema) if schema is not None else None,
+        reviewers=tuple(reviewers) if reviewers is not None else None,
     )
 
 

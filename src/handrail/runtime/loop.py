@@ -60,6 +60,8 @@ class RunRequest:
     can_pause: bool
     why_cannot_pause: str = ""
     context: Any = None
+    channel: str = "python"  # how answers arrive (rule 11): python, http, cli, ...
+    record_only: bool = False  # save the answers and stop: a worker runs them (Agent.decide)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,7 @@ def run(env: Env, request: RunRequest) -> Gen:
         busy=busy,
         reviewer=request.reviewer,
         metadata=request.metadata,
+        channel=request.channel,
     )
     try:
         return (yield from _run_steps(env, request, fold, events))
@@ -128,6 +131,9 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         buffer(env, events)
         if env.wants("values") and any(e.kind == "input" for e in events):
             env.send("values", fold.public_values())
+    if request.record_only:
+        yield flush(last=True)
+        return RunResult(fold.public_values(), interrupts_of(fold.pending))
     runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
         config=request.config,

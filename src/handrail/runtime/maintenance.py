@@ -12,6 +12,7 @@ checkpoint kept becomes a ``snapshot`` event holding the state at that point.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
+from dataclasses import replace
 from typing import Any
 
 from handrail.checkpoint.base import ThreadRead
@@ -151,7 +152,7 @@ def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
     if read.record is None and not read.events:
         return AuditVerification(thread_id, False, 0, 0, reason="the store has no such thread")
     try:
-        checked_log(thread_id, read.events)
+        _, walked = checked_log(thread_id, read.events)
     except SerializationError as exc:
         return _broken(thread_id, exc, records=len(read.events), head=head, unsealed=unsealed)
     last = read.events[-1].seq if read.events else 0
@@ -160,7 +161,7 @@ def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
         return AuditVerification(
             thread_id, False, len(read.events), head, min(last, head) + 1, reason, unsealed
         )
-    return found
+    return replace(found, head_hash=walked.hashes[last].hex() if read.events else None)
 
 
 def _proposed_calls(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
@@ -205,6 +206,7 @@ def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) 
                 interrupt_id=interrupt_id,
                 value=answer,
                 reviewer=data.get("reviewer"),
+                channel=data.get("channel"),
             )
             for interrupt_id, answer in data["answers"].items()
         ]

@@ -38,6 +38,10 @@ Rule 9 - A tool call that started and never finished, whose run is no longer ali
     the tools step simply runs it again. A tools step saves the calls it is about to
     run (``tools_planned``) in one commit before any of them acts, so a call that was
     about to start counts as started.
+Rule 11 - Who answered is recorded with every answer: the ``resume`` event holds the
+    reviewer and the channel, the store stamps its time (:func:`start_events`).
+Rule 12 - A policy's ``reviewers`` roles are checked for every answer before it is
+    validated or saved (``authority.py``, the one authorization function).
 Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde.py``).
 """
 
@@ -63,6 +67,7 @@ from handrail.errors import (
 from handrail.messages import AIMessage, ToolMessage, coerce_messages, merge_messages_into
 from handrail.middleware.human_in_the_loop import reject_message
 from handrail.middleware.types import ResumeContext
+from handrail.runtime.authority import authorize
 from handrail.runtime.events import Event
 from handrail.runtime.fold import InterruptRecord, StartedTool, ThreadFold
 from handrail.types import Command, Interrupt
@@ -356,6 +361,7 @@ def start_events(
     busy: StartedTool | None = None,
     reviewer: Any,
     metadata: Mapping[str, Any] | None,
+    channel: str = "python",
 ) -> list[Event]:
     """The events that begin a run, after validating its input completely.
 
@@ -401,6 +407,8 @@ def start_events(
         events += recovered
         if run_input.resume is not None:
             answers = target_answers(fold, pending, run_input.resume)
+            for interrupt_id in answers:  # rule 12, before rule 5: a refused reviewer learns nothing more
+                authorize(spec, interrupt_id, pending[interrupt_id].value, reviewer)
             checked = {
                 interrupt_id: validate_answer(
                     spec, fold, pending[interrupt_id], as_stored(fold, interrupt_id, answer)
@@ -410,6 +418,7 @@ def start_events(
             resume: dict[str, Any] = {"answers": checked}
             if reviewer is not None:
                 resume["reviewer"] = reviewer
+            resume["channel"] = channel  # rule 11: who, through which channel (the event has the time)
             events.append(Event("resume", resume))
         elif run_input.update is None:
             raise InvalidDecisionError("Command needs resume=..., update=... or both")

@@ -1,0 +1,271 @@
+"""The review CLI: ``handrail inbox | show | approve | reject | respond | edit | threads | audit``.
+
+Each command talks to a service (``--url``/``--token``, or ``HANDRAIL_URL`` and
+``HANDRAIL_TOKEN``) or directly to a store (``--db``/``--postgres`` with ``--agent
+module:obj``; then ``--reviewer``/``--role`` say who answers, recorded with channel
+``cli``). An interrupt is named by its id or any unique prefix of it, as the inbox shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["COMMANDS", "add_commands", "run"]
+
+COMMANDS = ("inbox", "show", "approve", "reject", "respond", "edit", "threads", "audit")
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="the service (default: $HANDRAIL_URL)")
+    parser.add_argument("--token", help="the credential (default: $HANDRAIL_TOKEN)")
+    parser.add_argument("--db", type=Path, metavar="PATH", help="a SQLite store, instead of a service")
+    parser.add_argument("--postgres", metavar="DSN", help="a PostgreSQL store, instead of a service")
+    parser.add_argument("--schema", metavar="NAME", help="the PostgreSQL schema of the store")
+    parser.add_argument("--agent", metavar="MODULE:OBJ", help="the agent of the store (with --db/--postgres)")
+    parser.add_argument("--reviewer", help="who answers, with a store (default: your user name)")
+    parser.add_argument("--role", action="append", default=[], help="a role of the reviewer, with a store")
+
+
+def add_commands(commands: Any) -> None:
+    """Add the review commands to the ``handrail`` command's subparsers."""
+    inbox = commands.add_parser("inbox", help="the reviews waiting for you, oldest first")
+    inbox.add_argument("--tool", help="only reviews of this tool")
+    inbox.add_argument("--limit", type=int, default=20, help="how many (default: 20)")
+    inbox.add_argument("--cursor", help="the next page, as the last page printed it")
+    _where(inbox)
+    show = commands.add_parser("show", help="a thread: its last messages and pending reviews")
+    show.add_argument("thread_id", metavar="THREAD")
+    _where(show)
+    for name, what in (
+        ("approve", "approve"),
+        ("reject", "reject"),
+        ("respond", "answer in the tool's place"),
+        ("edit", "change the arguments, then run"),
+    ):
+        answer = commands.add_parser(name, help=f"{what}: every call of an interrupt")
+        answer.add_argument("interrupt_id", metavar="INTERRUPT_ID")
+        if name in ("reject", "respond"):
+            answer.add_argument(
+                "--message", "-m", required=name == "respond", help="the reason or the result"
+            )
+        if name == "edit":
+            how = answer.add_mutually_exclusive_group(required=True)
+            how.add_argument("--args", help="the new arguments as a JSON object")
+            how.add_argument("--editor", action="store_true", help="edit the arguments in $EDITOR")
+        _where(answer)
+    threads = commands.add_parser("threads", help="threads, most recently updated first")
+    threads.add_argument("--status", choices=["idle", "busy", "interrupted"])
+    threads.add_argument("--limit", type=int, default=20)
+    _where(threads)
+    audit = commands.add_parser(
+        "audit",
+        help="a thread's audit trail (who answered what, when, and what ran), or 'audit verify'",
+        description="'handrail audit THREAD' prints a thread's audit trail. 'handrail audit verify "
+        "THREAD ... | --all' checks stored logs against their hash chains (with --db or --postgres) "
+        "and names the first record that does not match; exit code 1 when one does not.",
+    )
+    audit.add_argument("thread_id", nargs="+", metavar="THREAD", help="a thread id, or: verify THREAD ...")
+    audit.add_argument("--csv", action="store_true", help="print CSV")
+    audit.add_argument("--all", action="store_true", help="with verify: check every thread in the store")
+    _where(audit)
+
+
+class CommandError(ValueError):
+    """A review command cannot go on; the message says why."""
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Run one review command; return the exit code."""
+    from handrail.review_client import ReviewError, open_reviews
+    from handrail.server.loading import LoadError
+
+    try:
+        with open_reviews(args) as reviews:
+            return _COMMANDS[args.command](reviews, args, console)
+    except (ReviewError, LoadError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _age(created: str) -> str:
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(created)).total_seconds())
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
+    page = reviews.inbox(tool=args.tool, limit=args.limit, cursor=args.cursor)
+    if not page["items"]:
+        console.print("Nothing waits for your review.")
+        return 0
+    table = Table("interrupt", "thread", "calls", "waiting")
+    for item in page["items"]:
+        calls = "\n".join(f"{r['name']} {_short(r.get('args'))}" for r in item["action_requests"])
+        table.add_row(
+            item["interrupt_id"][:12], escape(item["thread_id"]), escape(calls), _age(item["created_at"])
+        )
+    console.print(table)
+    if page.get("next_cursor"):
+        console.print(f"More: handrail inbox --cursor {page['next_cursor']}", soft_wrap=True)
+    return 0
+
+
+def _short(value: Any, size: int = 80) -> str:
+    text = orjson.dumps(value).decode() if value is not None else ""
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
+    state = reviews.state(args.thread_id)
+    lines = [
+        Text.assemble(
+            (f"{m.get('type', '?')}: ", "bold"), str(m.get("content") or _short(m.get("tool_calls")))
+        )
+        for m in state["values"].get("messages", [])[-6:]
+    ]
+    console.print(Panel(Group(*lines) if lines else Text("(no messages)"), title=f"thread {args.thread_id}"))
+    for interrupt in state.get("interrupts", []):
+        value = interrupt["value"]
+        requests = value.get("action_requests") or [value] if isinstance(value, dict) else []
+        body = Group(
+            *(
+                Text(f"{r.get('name')}: {_short(r.get('args'), 400)}\n{r.get('description', '')}")
+                for r in requests
+            )
+        )
+        console.print(Panel(body, title=f"pending review {interrupt['id']}"))
+    return 0
+
+
+def _find(reviews: Any, prefix: str) -> dict[str, Any]:
+    matches: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = reviews.inbox(tool=None, limit=200, cursor=cursor)
+        matches += [item for item in page["items"] if item["interrupt_id"].startswith(prefix)]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    if not matches:
+        raise CommandError(f"no review {prefix!r} waits for you (see 'handrail inbox')")
+    if len(matches) > 1:
+        raise CommandError(f"{prefix!r} names {len(matches)} reviews; give more of the id")
+    return matches[0]
+
+
+def _decision(args: argparse.Namespace, item: dict[str, Any]) -> dict[str, Any]:
+    if args.command == "approve":
+        return {"type": "approve"}
+    if args.command in ("reject", "respond"):
+        decision = {"type": args.command}
+        if args.message:
+            decision["message"] = args.message
+        return decision
+    (request,) = item["action_requests"] if len(item["action_requests"]) == 1 else (None,)
+    if request is None:
+        raise CommandError("edit changes one call; this review asks about several (answer them from Python)")
+    args_value = _edited_args(args, request)
+    return {"type": "edit", "edited_action": {"name": request["name"], "args": args_value}}
+
+
+def _edited_args(args: argparse.Namespace, request: dict[str, Any]) -> Any:
+    if not args.editor:
+        text = args.args
+    else:
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            handle.write(orjson.dumps(request.get("args"), option=orjson.OPT_INDENT_2).decode() + "\n")
+        subprocess.run([*shlex.split(editor), handle.name], check=False)
+        text = Path(handle.name).read_text()
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise CommandError(f"the arguments are not JSON ({exc}); nothing was sent") from None
+    if not isinstance(value, dict):
+        raise CommandError("the arguments must be a JSON object; nothing was sent")
+    return value
+
+
+def _answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
+    item = _find(reviews, args.interrupt_id)
+    decision = _decision(args, item)
+    batched = isinstance(item["value"], dict) and "action_requests" in item["value"]
+    answer = {"decisions": [decision] * len(item["action_requests"])} if batched else decision
+    result = reviews.answer(item["thread_id"], item["interrupt_id"], answer)
+    who = (result.get("reviewer") or {}).get("id", "?")
+    console.print(f"Recorded: {args.command} by {escape(str(who))} on thread {escape(item['thread_id'])}.")
+    values = result.get("values") or {}
+    if values.get("__interrupt__"):
+        console.print(
+            f"The run paused again: {len(values['__interrupt__'])} new review(s) (see 'handrail inbox')."
+        )
+    elif values.get("messages"):
+        console.print(Text(f"The run ended: {values['messages'][-1].get('content', '')}"))
+    return 0
+
+
+def _threads(reviews: Any, args: argparse.Namespace, console: Console) -> int:
+    table = Table("thread", "status", "updated")
+    for thread in reviews.threads(args.status, args.limit):
+        table.add_row(escape(thread["thread_id"]), thread["status"], str(thread["updated_at"]))
+    console.print(table)
+    return 0
+
+
+def _audit(reviews: Any, args: argparse.Namespace, console: Console) -> int:
+    if len(args.thread_id) != 1 or args.all:
+        raise CommandError("'handrail audit' takes one thread id (or: audit verify THREAD ... | --all)")
+    entries = reviews.audit(args.thread_id[0])
+    if args.csv:
+        from handrail.server.wire import audit_csv
+
+        console.file.write(audit_csv(entries))
+        return 0
+    table = Table("#", "when", "event", "who", "channel", "what")
+    for e in entries:
+        who = (
+            (e.get("reviewer") or {}).get("id") if isinstance(e.get("reviewer"), dict) else e.get("reviewer")
+        )
+        what = _short(
+            e.get("value")
+            if e["event"] in ("answered", "review_requested")
+            else e.get("args") or (e.get("result") or {}).get("content"),
+            70,
+        )
+        table.add_row(
+            str(e["seq"]),
+            e["at"][:19],
+            e["event"],
+            escape(str(who or "")),
+            e.get("channel") or "",
+            escape(what),
+        )
+    console.print(table)
+    return 0
+
+
+_COMMANDS = {
+    "inbox": _inbox,
+    "show": _show,
+    "approve": _answer,
+    "reject": _answer,
+    "respond": _answer,
+    "edit": _answer,
+    "threads": _threads,
+    "audit": _audit,
+}

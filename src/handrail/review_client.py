@@ -1,0 +1,173 @@
+"""Where the review CLI reads and answers reviews: a service over HTTP, or a store directly.
+
+:class:`ServiceReviews` talks to ``handrail serve`` (``--url``/``--token`` or
+``HANDRAIL_URL``/``HANDRAIL_TOKEN``): the identity is the token's. :class:`StoreReviews`
+opens the store (``--db``/``--postgres``) with the agent (``--agent module:obj``), records
+answers with ``Agent.decide`` as ``--reviewer``/``--role`` through channel ``cli``, then
+runs what they allow in this process. Both give the same JSON shapes as the service.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+__all__ = ["ReviewError", "Reviews", "ServiceReviews", "StoreReviews"]
+
+
+class ReviewError(ValueError):
+    """A review command was refused or failed; the message says why (one line)."""
+
+
+class Reviews(Protocol):
+    """What the review CLI needs, from a service or a store."""
+
+    def inbox(self, *, tool: str | None, limit: int, cursor: str | None) -> dict[str, Any]: ...
+    def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]: ...
+    def state(self, thread_id: str) -> dict[str, Any]: ...
+    def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
+    def audit(self, thread_id: str) -> list[dict[str, Any]]: ...
+
+
+class ServiceReviews:
+    """The review CLI's calls, over HTTP to ``handrail serve``."""
+
+    def __init__(self, url: str, token: str) -> None:
+        import httpx
+
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            reply = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ReviewError(f"cannot reach the service at {self._http.base_url}: {exc}") from None
+        if reply.status_code >= 400:
+            try:
+                detail = reply.json().get("detail") or reply.text
+            except ValueError:
+                detail = reply.text
+            raise ReviewError(f"{reply.status_code}: {detail}")
+        return reply.json()
+
+    def inbox(self, *, tool: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+        params = {k: v for k, v in {"tool": tool, "limit": limit, "cursor": cursor}.items() if v is not None}
+        result: dict[str, Any] = self._call("GET", "/handrail/inbox", params=params)
+        return result
+
+    def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]:
+        path = f"/handrail/threads/{thread_id}/interrupts/{interrupt_id}/answer"
+        result: dict[str, Any] = self._call("POST", path, params={"wait": "true"}, json={"answer": answer})
+        return result
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/threads/{thread_id}/state")
+        return result
+
+    def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"limit": limit}
+        if status:
+            body["status"] = status
+        result: list[dict[str, Any]] = self._call("POST", "/threads/search", json=body)
+        return result
+
+    def audit(self, thread_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/handrail/threads/{thread_id}/audit")
+        return result
+
+
+class StoreReviews:
+    """The review CLI's calls, straight on a store, with the agent hosted in this process."""
+
+    def __init__(self, agent: Any, reviewer: str | None, roles: list[str]) -> None:
+        self._agent = agent
+        self._reviewer = {"id": reviewer or getpass.getuser(), "roles": list(roles)}
+
+    def inbox(self, *, tool: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+        from handrail.server.wire import inbox_entry
+
+        page = self._agent.list_interrupts(tool=tool, limit=limit, cursor=cursor, reviewer=self._reviewer)
+        items = []
+        for item in page.items:
+            state = self._agent.get_state({"configurable": {"thread_id": item.thread_id}})
+            items.append(inbox_entry(item, list(state.values.get("messages", []))[-3:]))
+        return {"items": items, "next_cursor": page.next_cursor}
+
+    def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]:
+        from handrail.server.wire import to_wire
+
+        decision = self._agent.decide(thread_id, interrupt_id, answer, reviewer=self._reviewer, channel="cli")
+        config = {"configurable": {"thread_id": thread_id, "reviewer": self._reviewer, "channel": "cli"}}
+        values = to_wire(self._agent.invoke(None, config))
+        return {
+            "thread_id": thread_id,
+            "interrupt_id": interrupt_id,
+            "reviewer": decision.reviewer,
+            "values": values,
+        }
+
+    def state(self, thread_id: str) -> dict[str, Any]:
+        from handrail.server.wire import state_of
+
+        return state_of(thread_id, self._agent.get_state({"configurable": {"thread_id": thread_id}}))
+
+    def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        store_status = {"busy": "running"}.get(status or "", status)
+        records = self._agent.list_threads(status=store_status, limit=limit)
+        return [
+            {
+                "thread_id": r.thread_id,
+                "status": r.status,
+                "updated_at": r.updated_at,
+                "metadata": dict(r.metadata),
+            }
+            for r in records
+        ]
+
+    def audit(self, thread_id: str) -> list[dict[str, Any]]:
+        from handrail.server.wire import audit_entry
+
+        return [
+            audit_entry(e) for e in self._agent.get_audit_trail({"configurable": {"thread_id": thread_id}})
+        ]
+
+
+@contextmanager
+def open_reviews(args: Any) -> Iterator[Reviews]:
+    """The reviews the command's flags name: a service (``--url``) or a store (``--db``/``--postgres``)."""
+    import os
+
+    url = args.url or os.environ.get("HANDRAIL_URL")
+    if args.db is None and args.postgres is None and url:
+        token = args.token or os.environ.get("HANDRAIL_TOKEN")
+        if not token:
+            raise ReviewError(
+                "a service needs a token: --token TOKEN or HANDRAIL_TOKEN (see 'handrail tokens create')"
+            )
+        yield ServiceReviews(url, token)
+        return
+    if args.agent is None:
+        raise ReviewError(
+            "name a service (--url or HANDRAIL_URL, with --token) or a store and its agent "
+            "(--db PATH or --postgres DSN, with --agent module:obj)"
+        )
+    from handrail.server.loading import load_agent, on_store
+
+    agent = load_agent(args.agent)
+    if args.postgres is not None:
+        from handrail.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(args.postgres, schema=args.schema, pool_size=2) as saver:
+            saver.setup()
+            yield StoreReviews(on_store(agent, saver), args.reviewer, args.role)
+        return
+    from handrail.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver(args.db or "handrail.db") as sqlite_saver:
+        yield StoreReviews(on_store(agent, sqlite_saver), args.reviewer, args.role)

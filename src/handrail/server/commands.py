@@ -1,0 +1,190 @@
+"""The service's commands: ``handrail serve`` and ``handrail tokens create|list|revoke``.
+
+``cli.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["COMMANDS", "add_commands", "run"]
+
+COMMANDS = ("serve", "tokens")
+DEFAULT_DB = Path("handrail.db")
+
+
+def _store_flags(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", type=Path, metavar="PATH", help=f"the SQLite file (default: ./{DEFAULT_DB})")
+    where.add_argument("--postgres", metavar="DSN", help="a PostgreSQL database, e.g. postgresql://host/db")
+    parser.add_argument("--schema", metavar="NAME", help="the PostgreSQL schema of handrail's tables")
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``serve`` and ``tokens`` to the ``handrail`` command's subparsers."""
+    serve = commands.add_parser(
+        "serve",
+        help="serve agents over HTTP: the LangGraph SDKs' API and the reviewers' inbox",
+        description="Start the review service (FastAPI on uvicorn). Every request needs a token: "
+        "create one with 'handrail tokens create --name NAME --role ROLE'.",
+    )
+    serve.add_argument("target", metavar="MODULE:AGENT", nargs="?", help="the agent to serve, e.g. app:agent")
+    serve.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME=MODULE:AGENT",
+        help="serve another agent as NAME",
+    )
+    _store_flags(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="the port (default: 8000; 0: any free port)")
+    tokens = commands.add_parser("tokens", help="create, list and revoke the service's credentials")
+    actions = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", title="actions")
+    create = actions.add_parser("create", help="create a token; it is printed once")
+    create.add_argument(
+        "--name", required=True, help="who the token is: the reviewer id recorded with answers"
+    )
+    create.add_argument("--role", action="append", default=[], help="a role the reviewer holds (repeatable)")
+    _store_flags(create)
+    listing = actions.add_parser("list", help="list the tokens (never the tokens themselves)")
+    _store_flags(listing)
+    revoke = actions.add_parser("revoke", help="revoke a token by id, or every token of a name")
+    revoke.add_argument("token", metavar="ID_OR_NAME")
+    _store_flags(revoke)
+
+
+class CommandError(ValueError):
+    """A service command cannot go on; the message says why (shown in one line)."""
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Run ``serve`` or ``tokens``; return the exit code."""
+    from handrail.server.loading import LoadError
+
+    try:
+        if args.command == "serve":
+            return _serve(args, console)
+        return _tokens(args, console)
+    except LoadError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _server_db(args: argparse.Namespace) -> Any:
+    from handrail.server.db import ServerDB
+
+    if args.postgres is not None:
+        return ServerDB.open(postgres=args.postgres, schema=args.schema)
+    return ServerDB.open(db_path=args.db or DEFAULT_DB)
+
+
+def _tokens(args: argparse.Namespace, console: Console) -> int:
+    from handrail.server.tokens import TokenStore
+
+    if args.tokens_command is None:
+        raise CommandError("choose an action: tokens create, tokens list or tokens revoke")
+    db = _server_db(args)
+    try:
+        tokens = TokenStore(db)
+        if args.tokens_command == "create":
+            try:
+                credential, token = tokens.create(args.name, args.role)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            console.print(
+                f"Created token {credential.id} for {escape(credential.name)} "
+                f"(roles: {escape(', '.join(credential.roles) or 'none')})."
+            )
+            console.print("It is shown only this once; keep it secret:")
+            console.print(token, soft_wrap=True, highlight=False)
+            return 0
+        if args.tokens_command == "list":
+            table = Table("id", "name", "roles", "created", "revoked")
+            for c in tokens.all():
+                table.add_row(
+                    c.id,
+                    escape(c.name),
+                    escape(", ".join(c.roles)),
+                    c.created_at.isoformat(timespec="seconds"),
+                    c.revoked_at.isoformat(timespec="seconds") if c.revoked_at else "",
+                )
+            console.print(table)
+            return 0
+        revoked = tokens.revoke(args.token)
+        if not revoked:
+            raise CommandError(f"no live token with id or name {args.token!r} (see 'handrail tokens list')")
+        for c in revoked:
+            console.print(f"Revoked token {c.id} of {escape(c.name)}.")
+        return 0
+    finally:
+        db.close()
+
+
+def _serve(args: argparse.Namespace, console: Console) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        raise CommandError("handrail serve needs the server extra: pip install 'handrail[server]'") from None
+    from handrail.server.app import create_app
+    from handrail.server.loading import load_agent, on_store, parse_agent_flag
+
+    named = [parse_agent_flag(flag) for flag in args.agent]
+    if args.target is not None:
+        first = load_agent(args.target)
+        named.insert(0, (first.name or "agent", args.target))
+    if not named:
+        raise CommandError(
+            "name an agent to serve: handrail serve module:agent [--agent NAME=module:agent ...]"
+        )
+    names = [name for name, _ in named]
+    if len(set(names)) != len(names):
+        raise CommandError(f"two agents are served as the same name: {names}")
+    store, where = _open_store(args)
+    agents = {name: on_store(load_agent(target), store) for name, target in named}
+    db = _server_db(args)
+    app = create_app(agents, db=db)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    flags = f" --postgres {args.postgres}" if args.postgres else f" --db {args.db}" if args.db else ""
+    try:
+        # Bound and listening before uvicorn starts, so the real port (for --port 0) can be printed.
+        sock = socket.create_server((args.host, args.port), backlog=2048)
+        # Accepted sockets inherit it: without it a kept-alive connection waits ~40 ms for
+        # the client's delayed ACK between the response's header and body writes.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+    port = sock.getsockname()[1]
+    console.print(
+        f"handrail serving {', '.join(names)} on http://{args.host}:{port} (threads in {where})",
+        soft_wrap=True,
+    )
+    console.print(f"API docs: http://{args.host}:{port}/docs", soft_wrap=True)
+    console.print(
+        f"Create a first credential: handrail tokens create --name NAME --role ROLE{flags}", soft_wrap=True
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        db.close()
+    return 0
+
+
+def _open_store(args: argparse.Namespace) -> tuple[Any, str]:
+    if args.postgres is not None:
+        from handrail.checkpoint.postgres import AsyncPostgresSaver
+
+        saver = AsyncPostgresSaver.from_conn_string(args.postgres, schema=args.schema)
+        return saver, "PostgreSQL"
+    from handrail.checkpoint.sqlite import AsyncSqliteSaver
+
+    path = args.db or DEFAULT_DB
+    return AsyncSqliteSaver(path), str(path)

@@ -1,0 +1,106 @@
+"""The service's own tables, beside the agent's store (SQLite file or PostgreSQL database).
+
+The store's tables belong to the checkpointer; the service keeps what only it needs -
+credentials, the assistant each thread was created for - in tables of its own, named
+``handrail_server_*``, through its own connection. SQL is written once with ``?``
+placeholders; for PostgreSQL they become ``%s``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ServerDB"]
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS handrail_server_keys (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_tokens (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        roles TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        revoked_at DOUBLE PRECISION
+    )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_events (
+        id {serial} PRIMARY KEY,
+        key TEXT UNIQUE,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_threads (
+        thread_id TEXT PRIMARY KEY,
+        assistant_id TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    )""",
+]
+
+
+class ServerDB:
+    """One connection to the service's tables, safe to share between threads.
+
+    Example::
+
+        db = ServerDB.open(db_path="handrail.db")        # or ServerDB.open(postgres=dsn)
+        db.query("SELECT name FROM handrail_server_tokens")
+    """
+
+    def __init__(self, conn: Any, *, postgres: bool) -> None:
+        self._conn = conn
+        self._postgres = postgres
+        self._lock = threading.Lock()
+        serial = "BIGSERIAL" if postgres else "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid
+        for statement in _SCHEMA:
+            self.execute(statement.replace("{serial}", serial))
+
+    @classmethod
+    def open(
+        cls, *, db_path: str | Path | None = None, postgres: str | None = None, schema: str | None = None
+    ) -> ServerDB:
+        """Open the SQLite file ``db_path`` or the PostgreSQL database ``postgres`` (a DSN).
+
+        ``schema``: the PostgreSQL schema for the tables (created if missing), as the
+        store's own ``schema`` option.
+        """
+        if postgres is not None:
+            import psycopg
+            from psycopg import sql
+
+            conn: Any = psycopg.connect(postgres, autocommit=True)
+            if schema is not None:
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            return cls(conn, postgres=True)
+        if db_path is None:
+            raise ValueError("ServerDB.open needs db_path or postgres")
+        conn = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None, timeout=30)
+        return cls(conn, postgres=False)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return the number of rows it changed."""
+        with self._lock:
+            cursor = self._conn.execute(self._sql(sql), tuple(params))
+            return int(cursor.rowcount or 0)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one query; return its rows."""
+        with self._lock:
+            cursor = self._conn.execute(self._sql(sql), tuple(params))
+            return [tuple(row) for row in cursor.fetchall()]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self._postgres else sql

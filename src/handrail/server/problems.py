@@ -1,0 +1,185 @@
+"""Errors as JSON problem details (RFC 9457, SPEC §5.3); no client input gives a 500.
+
+Every error the service answers is ``application/problem+json``: ``type``, ``title``,
+``status``, ``detail`` and, where they help, fields of their own (``interrupt_id``,
+``answered_by``, ``answered_at``). handrail's errors map onto statuses here, in one
+place: 400 malformed, 401 no or bad credential, 403 not allowed, 404 unknown, 409
+already answered or busy, 413 too large, 422 an answer or input that rule 5 refuses
+(with the library's own message).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from handrail.errors import (
+    AlreadyAnsweredError,
+    ConfigurationError,
+    ConflictError,
+    HandrailError,
+    InvalidDecisionError,
+    InvalidInputError,
+    NotAllowedError,
+    PendingInterruptError,
+)
+
+__all__ = ["BodyLimit", "Problem", "install", "problem_response"]
+
+log = logging.getLogger("handrail.server")
+
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+}
+
+
+class Problem(Exception):
+    """An error answered as problem details; raise it from any endpoint."""
+
+    def __init__(
+        self, status: int, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_response(
+    status: int, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    """A ``application/problem+json`` response."""
+    body = {"type": "about:blank", "title": _TITLES.get(status, "Error"), "status": status, "detail": detail}
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return Response(
+        orjson.dumps(body, default=str),
+        status_code=status,
+        media_type="application/problem+json",
+        headers=headers,
+    )
+
+
+def _from_handrail(exc: Exception) -> Response | None:
+    if isinstance(exc, NotAllowedError):
+        return problem_response(403, str(exc), interrupt_id=exc.interrupt_id, roles=list(exc.roles))
+    if isinstance(exc, AlreadyAnsweredError):
+        return problem_response(
+            409,
+            str(exc),
+            interrupt_id=exc.interrupt_ids[0] if exc.interrupt_ids else None,
+            answered_by=exc.answered_by,
+            answered_at=exc.answered_at.isoformat(),
+            channel=exc.channel,
+        )
+    if isinstance(exc, (ConflictError, PendingInterruptError)):
+        return problem_response(409, str(exc))
+    if isinstance(exc, InvalidDecisionError):
+        return problem_response(
+            422, str(exc), interrupt_id=exc.interrupt_id, decision_index=exc.decision_index
+        )
+    if isinstance(exc, (InvalidInputError, ConfigurationError)):
+        return problem_response(422, str(exc))
+    return None
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error of ``app`` as problem details."""
+
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Problem)
+        return problem_response(exc.status, exc.detail, headers=exc.headers, **exc.extra)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return problem_response(exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {
+                "loc": [str(part) for part in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": e.get("type"),
+            }
+            for e in exc.errors()
+        ]
+        where = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:5])
+        return problem_response(400, f"malformed request: {where}", errors=errors)
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        mapped = _from_handrail(exc)
+        if mapped is not None:
+            return mapped
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return problem_response(500, "the service failed on this request; its log has the details")
+
+    app.add_exception_handler(Problem, on_problem)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HandrailError, on_error)  # mapped in ExceptionMiddleware: not re-raised
+    app.add_exception_handler(Exception, on_error)  # the last resort: a 500, logged
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with a 413."""
+
+    def __init__(self, app: ASGIApp, limit: int = 1024 * 1024) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        too_large = problem_response(413, f"the request body is over {self.limit} bytes")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except _TooLarge:
+            if not started:
+                await too_large(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+Handler = Callable[[Request], Awaitable[Response]]

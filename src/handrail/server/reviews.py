@@ -1,0 +1,179 @@
+"""handrail's own paths: the inbox across threads, answers by interrupt id, the audit trail.
+
+``GET /handrail/inbox`` lists the reviews the caller may decide (SPEC rule 12), each with
+its action requests, the decisions allowed, the tools' argument schemas and the last
+messages of its thread. ``POST /handrail/threads/{thread_id}/interrupts/{interrupt_id}/answer``
+records an answer with the caller's identity (rule 11) through ``Agent.adecide`` - the
+same checks as the library, the same messages - and the service's worker then continues
+the thread; ``?wait=true`` returns once the run paused again or ended.
+``GET /handrail/threads/{thread_id}/audit`` is the thread's audit trail, as JSON or CSV.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Body, Depends, Query, Request
+from starlette.responses import Response
+
+from handrail.errors import InvalidDecisionError
+from handrail.server.auth import caller
+from handrail.server.problems import Problem
+from handrail.server.runs import RunRegistry
+from handrail.server.service import Service
+from handrail.server.tokens import Credential
+from handrail.server.wire import audit_csv, audit_entry, inbox_entry, to_wire
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/handrail", tags=["reviews"])
+_ANSWER_SHAPE = (
+    'the body must be a JSON object {"answer": ...}, e.g. {"answer": {"decisions": [{"type": "approve"}]}}'
+)
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json")
+
+
+def _service(request: Request) -> Service:
+    service = request.app.state.service
+    assert isinstance(service, Service)
+    return service
+
+
+def _metadata_filter(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise Problem(400, '\'metadata\' must be a JSON object, e.g. {"team": "data"}') from None
+    if not isinstance(value, dict):
+        raise Problem(400, '\'metadata\' must be a JSON object, e.g. {"team": "data"}')
+    return value
+
+
+@router.get("/inbox")
+async def inbox(
+    request: Request,
+    tool: str | None = None,
+    agent: str | None = Query(None, description="only threads of this assistant"),
+    older_than: float | None = Query(None, ge=0, description="seconds"),
+    metadata: str | None = Query(None, description="a JSON object the thread's metadata must contain"),
+    kind: str | None = Query(None, pattern="^(interrupt|outcome_unknown)$"),
+    limit: int = Query(20, ge=1, le=200),
+    cursor: str | None = None,
+    messages: int = Query(3, ge=0, le=50, description="how many of the thread's last messages to include"),
+    credential: Credential = Depends(caller),
+) -> Response:
+    """The reviews waiting for the caller, oldest first, a page at a time."""
+    service = _service(request)
+    wanted = _metadata_filter(metadata)
+    if agent is not None:
+        service.agent(agent)
+        wanted = {**(wanted or {}), "assistant_id": agent}
+    library = service.agents[agent or service.default_assistant]
+    page = await library.alist_interrupts(
+        tool=tool,
+        older_than=older_than,
+        metadata=wanted,
+        kind=kind,
+        limit=limit,
+        cursor=cursor,
+        reviewer=credential.reviewer,
+    )
+    items = []
+    for item in page.items:
+        last: list[Any] = []
+        if messages:
+            owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
+            state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
+            last = list(state.values.get("messages", []))[-messages:]
+        items.append(inbox_entry(item, last))
+    return _json({"items": items, "next_cursor": page.next_cursor})
+
+
+@router.post("/threads/{thread_id}/interrupts/{interrupt_id}/answer")
+async def answer(
+    thread_id: str,
+    interrupt_id: str,
+    request: Request,
+    payload: Any = Body(None),
+    wait: bool = False,
+    credential: Credential = Depends(caller),
+) -> Response:
+    """Record the caller's answer to one interrupt; the service then continues the thread.
+
+    The body is ``{"answer": ...}`` (for a tool review ``{"answer": {"decisions": [...]}}``).
+    An identity in the body is ignored: the credential says who answers.
+    """
+    if not isinstance(payload, Mapping) or "answer" not in payload:
+        raise Problem(400, _ANSWER_SHAPE)
+    unexpected = sorted(set(payload) - {"answer", "reviewer"})
+    if unexpected:
+        raise Problem(400, f'unexpected field(s) {unexpected}; the body is {{"answer": ...}}')
+    service = _service(request)
+    assistant, agent, _ = await service.owner(thread_id)
+    try:
+        decision = await agent.adecide(
+            thread_id, interrupt_id, payload["answer"], reviewer=credential.reviewer, channel="http"
+        )
+    except InvalidDecisionError:
+        state = await agent.aget_state({"configurable": {"thread_id": thread_id}})
+        if interrupt_id not in {i.id for i in state.interrupts}:
+            raise Problem(
+                404,
+                f"thread {thread_id!r} has no pending interrupt {interrupt_id!r}; pending: "
+                f"{[i.id for i in state.interrupts] or 'none'}",
+            ) from None
+        raise
+    decided = {
+        "thread_id": thread_id,
+        "interrupt_id": interrupt_id,
+        "reviewer": decision.reviewer,
+        "channel": "http",
+    }
+    await asyncio.to_thread(service.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}")
+    registry = service.runs
+    assert isinstance(registry, RunRegistry)
+    config = {"configurable": {"thread_id": thread_id, "reviewer": credential.reviewer, "channel": "http"}}
+    run = registry.start(
+        agent, assistant, thread_id, None, config, ["values"], {}, after=registry.active.get(thread_id)
+    )
+    body: dict[str, Any] = {
+        "thread_id": thread_id,
+        "interrupt_id": interrupt_id,
+        "answer": to_wire(decision.answer),
+        "reviewer": decision.reviewer,
+        "channel": decision.channel,
+        "run_id": run.run_id,
+    }
+    if not wait:
+        return _json(body, 202)
+    await run.done.wait()
+    body["run_status"] = run.status
+    if run.error is not None:
+        body["run_error"] = f"{type(run.error).__name__}: {run.error}"
+    body["values"] = run.result
+    return _json(body)
+
+
+@router.get("/threads/{thread_id}/audit")
+async def audit(
+    thread_id: str,
+    request: Request,
+    format: str = Query("json", pattern="^(json|csv)$"),
+    credential: Credential = Depends(caller),
+) -> Response:
+    """Who was asked what, who answered what, when and how, and what ran (JSON or CSV)."""
+    _, agent, _ = await _service(request).owner(thread_id)
+    entries = [
+        audit_entry(e) for e in await agent.aget_audit_trail({"configurable": {"thread_id": thread_id}})
+    ]
+    if format == "json":
+        return _json(entries)
+    return Response(audit_csv(entries), media_type="text/csv")

@@ -1,0 +1,140 @@
+"""Credentials: who a request comes from (SPEC rule 11).
+
+``handrail tokens create --name alice --role dba`` prints a token once. The service
+keeps only a keyed hash of it (HMAC-SHA256 under a random key made once per database,
+in ``handrail_server_keys``): a token is 256 random bits, so the hash cannot be turned
+back into it, and a copy of the tokens table alone does not let anyone check guesses.
+A token reads ``hr_<id>_<secret>``: the id finds the row, the hash is compared in
+constant time. Revoking a token takes effect on the next request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+
+from handrail.server.db import ServerDB
+
+__all__ = ["Credential", "TokenStore"]
+
+_TOKEN = re.compile(r"^hr_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A token's identity: ``name`` is the reviewer id, ``roles`` what they may decide."""
+
+    id: str
+    name: str
+    roles: tuple[str, ...]
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @property
+    def reviewer(self) -> dict[str, object]:
+        """The reviewer handrail records: ``{"id": name, "roles": [...]}``."""
+        return {"id": self.name, "roles": list(self.roles)}
+
+
+class TokenStore:
+    """Create, list, revoke and check tokens kept (hashed) in the service's tables.
+
+    Example::
+
+        tokens = TokenStore(ServerDB.open(db_path="handrail.db"))
+        credential, token = tokens.create("alice", ["dba"])
+        assert tokens.verify(token) == credential
+    """
+
+    def __init__(self, db: ServerDB) -> None:
+        self._db = db
+        self._key = self._load_key()
+
+    def _load_key(self) -> bytes:
+        self._db.execute(
+            "INSERT INTO handrail_server_keys (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+            ("token_hmac", secrets.token_hex(32)),
+        )
+        (row,) = self._db.query("SELECT value FROM handrail_server_keys WHERE name = ?", ("token_hmac",))
+        return bytes.fromhex(str(row[0]))
+
+    def _digest(self, token: str) -> str:
+        return hmac.new(self._key, token.encode(), hashlib.sha256).hexdigest()
+
+    def create(self, name: str, roles: list[str] | tuple[str, ...] = ()) -> tuple[Credential, str]:
+        """A new token for reviewer ``name`` with ``roles``; the token is returned only here."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(
+                f"a token's name must be 1-100 letters, digits or . _ @ - (starting with a letter or "
+                f"digit), got {name!r}"
+            )
+        for role in roles:
+            if not isinstance(role, str) or not _NAME.match(role):
+                raise ValueError(f"a role must be 1-100 letters, digits or . _ @ -, got {role!r}")
+        token_id = secrets.token_hex(8)
+        token = f"hr_{token_id}_{secrets.token_urlsafe(32)}"
+        now = time.time()
+        unique_roles = tuple(dict.fromkeys(roles))
+        self._db.execute(
+            "INSERT INTO handrail_server_tokens (id, name, roles, digest, created_at) VALUES (?, ?, ?, ?, ?)",
+            (token_id, name, orjson.dumps(list(unique_roles)).decode(), self._digest(token), now),
+        )
+        return Credential(token_id, name, unique_roles, _at(now), None), token
+
+    def all(self) -> list[Credential]:
+        """Every token, revoked ones too, oldest first."""
+        rows = self._db.query(
+            "SELECT id, name, roles, created_at, revoked_at FROM handrail_server_tokens "
+            "ORDER BY created_at, id"
+        )
+        return [_credential(row) for row in rows]
+
+    def revoke(self, id_or_name: str) -> list[Credential]:
+        """Revoke the token with this id, or every live token of this name; return them."""
+        now = time.time()
+        targets = [c for c in self.all() if c.revoked_at is None and id_or_name in (c.id, c.name)]
+        for credential in targets:
+            self._db.execute(
+                "UPDATE handrail_server_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                (now, credential.id),
+            )
+        return [Credential(c.id, c.name, c.roles, c.created_at, _at(now)) for c in targets]
+
+    def verify(self, token: str) -> Credential | None:
+        """The live credential this token proves, or None (unknown, malformed or revoked)."""
+        match = _TOKEN.match(token) if isinstance(token, str) else None
+        if match is None:
+            return None
+        rows = self._db.query(
+            "SELECT id, name, roles, created_at, revoked_at, digest FROM handrail_server_tokens WHERE id = ?",
+            (match.group(1),),
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        if row[4] is not None or not hmac.compare_digest(str(row[5]), self._digest(token)):
+            return None
+        return _credential(row[:5])
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _credential(row: tuple[object, ...]) -> Credential:
+    token_id, name, roles, created_at, revoked_at = row
+    return Credential(
+        id=str(token_id),
+        name=str(name),
+        roles=tuple(orjson.loads(str(roles))),
+        created_at=_at(float(created_at)),  # type: ignore[arg-type]
+        revoked_at=_at(float(revoked_at)) if revoked_at is not None else None,  # type: ignore[arg-type]
+    )

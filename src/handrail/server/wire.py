@@ -1,0 +1,139 @@
+"""handrail's objects as the JSON the LangGraph Platform API sends.
+
+Messages become LangChain's message dicts (``{"type": "ai", "content", "id",
+"tool_calls", ...}``), an :class:`~handrail.Interrupt` ``{"value", "id"}``, a state
+snapshot a ``ThreadState``. Everything is data: strings from tools and models are
+JSON strings, never markup.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from handrail.agent import PendingInterrupt
+from handrail.messages import BaseMessage
+from handrail.types import AuditEntry, Interrupt, StateSnapshot
+
+__all__ = ["audit_csv", "audit_entry", "checkpoint_of", "inbox_entry", "state_of", "to_wire"]
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def to_wire(value: Any) -> Any:
+    """A JSON-ready copy of ``value`` (messages, interrupts, tuples, datetimes converted)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, BaseMessage):
+        names = _FIELDS.get(type(value))
+        if names is None:
+            names = _FIELDS[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+        out: dict[str, Any] = {"type": value.type}
+        for name in names:
+            out[name] = to_wire(getattr(value, name))
+        return out
+    if isinstance(value, Interrupt):
+        return {"value": to_wire(value.value), "id": value.id}
+    if isinstance(value, Mapping):
+        return {str(k): to_wire(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_wire(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def checkpoint_of(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+    """A LangGraph ``Checkpoint`` dict."""
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": "",
+        "checkpoint_id": checkpoint_id,
+        "checkpoint_map": None,
+    }
+
+
+def state_of(thread_id: str, snapshot: StateSnapshot) -> dict[str, Any]:
+    """A LangGraph ``ThreadState`` dict from a :class:`~handrail.StateSnapshot`."""
+    checkpoint_id = (snapshot.config.get("configurable") or {}).get("checkpoint_id")
+    parent = (snapshot.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    interrupts = [to_wire(i) for i in snapshot.interrupts]
+    tasks = [
+        {
+            "id": f"{thread_id}:{step}",
+            "name": step,
+            "error": None,
+            "interrupts": interrupts if index == 0 else [],
+            "checkpoint": None,
+            "state": None,
+            "result": None,
+        }
+        for index, step in enumerate(snapshot.next)
+    ]
+    return {
+        "values": to_wire(snapshot.values),
+        "next": list(snapshot.next),
+        "checkpoint": checkpoint_of(thread_id, checkpoint_id),
+        "metadata": to_wire(snapshot.metadata),
+        "created_at": snapshot.created_at,
+        "parent_checkpoint": checkpoint_of(thread_id, parent) if parent else None,
+        "tasks": tasks,
+        "interrupts": interrupts,
+    }
+
+
+def _review_configs(value: Mapping[str, Any]) -> list[Any]:
+    configs = value.get("review_configs")
+    if isinstance(configs, list):
+        return configs
+    if "name" in value:
+        return [{"action_name": value["name"], "allowed_decisions": value.get("allowed_decisions", [])}]
+    return []
+
+
+def inbox_entry(item: PendingInterrupt, last_messages: Sequence[Any]) -> dict[str, Any]:
+    """One inbox item: the review, its action requests and review configs, the last messages."""
+    value = item.interrupt.value if isinstance(item.interrupt.value, Mapping) else {}
+    requests = value.get("action_requests") or ([value] if "name" in value else [])
+    return {
+        "thread_id": item.thread_id,
+        "interrupt_id": item.interrupt.id,
+        "kind": item.kind,
+        "tools": list(item.tools),
+        "created_at": item.created_at.isoformat(),
+        "metadata": to_wire(item.metadata),
+        "value": to_wire(item.interrupt.value),
+        "action_requests": to_wire(requests),
+        "review_configs": to_wire(_review_configs(value)),
+        "last_messages": to_wire(list(last_messages)),
+    }
+
+
+AUDIT_FIELDS = [
+    *("thread_id", "seq", "at", "event", "interrupt_id", "kind", "reviewer", "channel"),
+    *("tool_call_id", "tool", "args", "proposed", "value", "result"),
+]
+
+
+def audit_entry(entry: AuditEntry) -> dict[str, Any]:
+    """One audit entry as JSON."""
+    return {name: to_wire(getattr(entry, name)) for name in AUDIT_FIELDS}
+
+
+def audit_csv(entries: Sequence[Mapping[str, Any]]) -> str:
+    """Audit entries (as :func:`audit_entry` gives them) as CSV, nested values as JSON."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=AUDIT_FIELDS)
+    writer.writeheader()
+    for entry in entries:
+        writer.writerow(
+            {k: v if isinstance(v, str) or v is None else orjson.dumps(v).decode() for k, v in entry.items()}
+        )
+    return out.getvalue()

@@ -1,0 +1,81 @@
+"""The agent the service tests serve: a scripted model that asks to run SQL, then reports.
+
+``handrail serve served_agent:agent`` (run from this folder) serves it; the tests also
+build it in-process. ``execute_sql`` is reviewed by the ``dba`` role only; ``write_file``
+by anyone. A user message ``"write NAME"`` makes it propose ``write_file`` instead, ``"block PATH"``
+an unreviewed call that waits for a file (to kill a service in the middle of a tool).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from handrail import (
+    AIMessage,
+    HumanInTheLoopMiddleware,
+    HumanMessage,
+    InMemorySaver,
+    ScriptedModel,
+    create_agent,
+)
+
+RAN: list[tuple[str, dict[str, Any]]] = []
+
+
+def execute_sql(query: str) -> str:
+    """Run a SQL statement."""
+    RAN.append(("execute_sql", {"query": query}))
+    return f"ran {query}"
+
+
+def write_file(path: str, content: str) -> str:
+    """Write a file."""
+    RAN.append(("write_file", {"path": path, "content": content}))
+    return f"wrote {path}"
+
+
+def block(path: str) -> str:
+    """Mark that it started (PATH.started), then wait for PATH.go: a tool to kill a process in."""
+    Path(path + ".started").write_text("started")
+    deadline = time.monotonic() + 120
+    while not Path(path + ".go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    RAN.append(("block", {"path": path}))
+    return f"unblocked {path}"
+
+
+def next_turn(messages: list[Any]) -> AIMessage:
+    last = messages[-1]
+    if isinstance(last, HumanMessage):
+        text = last.text
+        if text.startswith("block "):
+            return AIMessage("", tool_calls=[{"name": "block", "args": {"path": text[6:]}}])
+        if text.startswith("write "):
+            return AIMessage(
+                "", tool_calls=[{"name": "write_file", "args": {"path": text[6:], "content": "x"}}]
+            )
+        return AIMessage("", tool_calls=[{"name": "execute_sql", "args": {"query": text}}])
+    return AIMessage(f"done: {last.text}")
+
+
+def build(checkpointer: Any = None) -> Any:
+    """The agent, on ``checkpointer`` (default: in memory; ``handrail serve`` gives its own)."""
+    return create_agent(
+        ScriptedModel([next_turn] * 100_000),
+        tools=[execute_sql, write_file, block],
+        middleware=[
+            HumanInTheLoopMiddleware(
+                {
+                    "execute_sql": {"allowed_decisions": ["approve", "reject"], "reviewers": ["dba"]},
+                    "write_file": True,
+                }
+            )
+        ],
+        checkpointer=checkpointer or InMemorySaver(),
+        name="sql",
+    )
+
+
+agent = build()

@@ -1,0 +1,48 @@
+"""``handrail tokens`` and ``handrail serve``'s refusals: one line, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from handrail.cli import main
+
+
+def test_tokens_create_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "h.db")
+    assert main(["tokens", "create", "--name", "alice", "--role", "dba", "--db", db]) == 0
+    token = capsys.readouterr().out.strip().splitlines()[-1]
+    assert token.startswith("hr_")
+    assert main(["tokens", "list", "--db", db]) == 0
+    listing = capsys.readouterr().out
+    assert "alice" in listing and "dba" in listing and token not in listing
+    assert main(["tokens", "revoke", "alice", "--db", db]) == 0
+    assert "Revoked" in capsys.readouterr().out
+    assert main(["tokens", "revoke", "alice", "--db", db]) == 1
+    assert "no live token" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["tokens", "create", "--name", "bad name!"], "a token's name"),
+        (["tokens"], "choose an action"),
+        (["serve", "nomodule_here:agent"], "cannot import"),
+        (["serve", "served_agent"], "module:attribute"),
+        (["serve", "served_agent:RAN"], "not an Agent"),
+        (["serve"], "name an agent"),
+        (["serve", "served_agent:agent", "--agent", "oops"], "NAME=module:attribute"),
+    ],
+)
+def test_service_commands_refuse_in_one_line(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(Path(__file__).parent)
+    assert main([*argv, "--db", str(tmp_path / "h.db")] if argv != ["tokens"] else argv) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
