@@ -54,3 +54,17 @@ def events_of(agent: Agent, thread_id: str = "t1") -> list[tuple[int, str, bytes
     assert store is not None
     read = store.read(thread_id)
     return [(e.seq, e.kind, e.payload) for e in read.events]
+
+
+def resealed(thread_id: str, rows: list[Any]) -> list[Any]:
+    """Stored ``rows`` sealed again in order, as a writer with a bug would have stored them:
+    their hashes match, whatever they hold (tests of rule 10 past rule 18's check)."""
+    from dataclasses import replace
+
+    from handrail.checkpoint.integrity import GENESIS, seal, unseal
+
+    out, prev = [], GENESIS
+    for row in rows:
+        payload, prev = seal(prev, thread_id, row.seq, row.kind, row.created_at, unseal(row.payload)[1])
+        out.append(replace(row, payload=payload))
+    return out

@@ -25,7 +25,7 @@ from handrail import (
 )
 from handrail.errors import InvalidDecisionError
 
-from _support import config, events_of, turn
+from _support import config, events_of, resealed, turn
 
 needs_fork = pytest.mark.skipif(sys.platform == "win32", reason="uses fork")
 
@@ -247,19 +247,6 @@ def test_what_a_tool_receives_is_what_was_saved() -> None:
 
 
 # Rule 10: a record that passes its hash but holds nonsense still fails as SerializationError ----
-def _resealed(thread_id: str, rows: list[Any]) -> list[Any]:
-    """``rows`` sealed again in order, as a writer with a bug would have stored them."""
-    from dataclasses import replace
-
-    from handrail.checkpoint.integrity import GENESIS, seal, unseal
-
-    out, prev = [], GENESIS
-    for row in rows:
-        payload, prev = seal(prev, thread_id, row.seq, row.kind, row.created_at, unseal(row.payload)[1])
-        out.append(replace(row, payload=payload))
-    return out
-
-
 def _reviewed_log() -> tuple[Any, list[Any], Any]:
     agent, _ = _asker()
     (pending,) = agent.get_state(config()).interrupts
@@ -270,7 +257,7 @@ def _reviewed_log() -> tuple[Any, list[Any], Any]:
 
 def _stored_again(rows: list[Any], record: Any) -> Any:
     store = InMemorySaver()
-    store.append("t1", _resealed("t1", rows), expected_seq=0, record=record)
+    store.append("t1", resealed("t1", rows), expected_seq=0, record=record)
     return create_agent(ScriptedModel([]), [], checkpointer=store)
 
 

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from handrail import InMemorySaver
 from handrail.checkpoint.base import PendingFilter, StoredEvent, ThreadFilter, ThreadRecord
-from handrail.checkpoint.integrity import GENESIS, seal, unseal
 from handrail.errors import SerializationError
+
+from _support import resealed
 
 SETTINGS = settings(
     max_examples=60,
@@ -104,21 +105,12 @@ def test_an_unknown_event_kind_fails_loudly(
         build_agent(saver, tmp_path / "tool.log").get_state(config("t"))
     # a writer that sealed the unknown kind (rule 18 passes) is still refused (rule 10)
     saver.delete_thread("t")
-    saver.append("t", _resealed("t", damaged), expected_seq=0, record=record)
+    saver.append("t", resealed("t", damaged), expected_seq=0, record=record)
     with pytest.raises(
         SerializationError, match=r"thread 't', record 2: unknown event kind 'pickled'"
     ) as caught:
         build_agent(saver, tmp_path / "tool.log").get_state(config("t"))
     _expect_loud(caught.value, "t", record.head_seq)
-
-
-def _resealed(thread_id: str, rows: list[StoredEvent]) -> list[StoredEvent]:
-    """``rows`` sealed again in order, as a writer with a bug would have stored them."""
-    out, prev = [], GENESIS
-    for row in rows:
-        payload, prev = seal(prev, thread_id, row.seq, row.kind, row.created_at, unseal(row.payload)[1])
-        out.append(replace(row, payload=payload))
-    return out
 
 
 # The thread row, written by the SQL savers themselves -------------------------------------------
