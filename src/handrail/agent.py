@@ -19,7 +19,13 @@ from typing import Any, Literal
 
 import orjson
 
-from handrail.checkpoint.base import BaseCheckpointSaver, PendingFilter, ThreadFilter, ThreadRecord
+from handrail.checkpoint.base import (
+    BaseCheckpointSaver,
+    PendingFilter,
+    PendingOrder,
+    ThreadFilter,
+    ThreadRecord,
+)
 from handrail.checkpoint.memory import InMemorySaver
 from handrail.decisions import Decision, name_first_answer
 from handrail.errors import ConfigurationError, ConflictError, InvalidInputError, stored_time
@@ -610,21 +616,27 @@ class Agent:
         limit: int = 50,
         cursor: str | None = None,
         reviewer: Any = None,
+        order: PendingOrder = "oldest",
     ) -> InterruptPage:
         """Pending interrupts across all threads, oldest first: the reviewers' inbox.
 
         Filter by ``tool`` name, ``thread_id``, ``older_than`` (seconds or a timedelta),
         thread ``metadata`` (a subset match) and ``kind`` (``"interrupt"`` or
         ``"outcome_unknown"``). With ``reviewer`` (``{"id", "roles"}``), only what that
-        reviewer may decide (SPEC rule 12). Pages hold ``limit`` items; pass
-        ``next_cursor`` on.
+        reviewer may decide (SPEC rule 12). ``order="newest"`` lists the newest first.
+        Pages hold ``limit`` items; pass ``next_cursor`` on, with the same ``order``.
+
+        Example::
+
+            page = agent.list_interrupts(order="newest", limit=20)
+            more = agent.list_interrupts(order="newest", limit=20, cursor=page.next_cursor)
         """
         store = self._store_or_raise()
-        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor)
+        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
         if reviewer is None:
-            return _page(store.list_pending(filter), filter.limit)
+            return _page(store.list_pending(filter), filter)
         env = Env(self._spec, store, "")
-        return _page(drive_sync(inbox.visible_pending(env, filter, _reviewer(reviewer)), env), filter.limit)
+        return _page(drive_sync(inbox.visible_pending(env, filter, _reviewer(reviewer)), env), filter)
 
     async def alist_interrupts(
         self,
@@ -637,15 +649,16 @@ class Agent:
         limit: int = 50,
         cursor: str | None = None,
         reviewer: Any = None,
+        order: PendingOrder = "oldest",
     ) -> InterruptPage:
         """Async :meth:`list_interrupts`."""
         store = self._store_or_raise()
-        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor)
+        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
         if reviewer is None:
-            return _page(await store.alist_pending(filter), filter.limit)
+            return _page(await store.alist_pending(filter), filter)
         env = Env(self._spec, store, "")
         items = await drive_async(inbox.visible_pending(env, filter, _reviewer(reviewer)), env)
-        return _page(items, filter.limit)
+        return _page(items, filter)
 
     def list_threads(
         self,
@@ -901,19 +914,30 @@ def _pending_filter(
     kind: str | None,
     limit: int,
     cursor: str | None,
+    order: PendingOrder = "oldest",
 ) -> PendingFilter:
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
     seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
     if seconds is not None and (not isinstance(seconds, (int, float)) or seconds < 0):
         raise InvalidInputError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+    if order not in ("oldest", "newest"):
+        raise InvalidInputError(f"order must be 'oldest' or 'newest', got {order!r}")
     after = None
     if cursor is not None:
         try:
-            created, thread, interrupt_id = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
+            created, thread, interrupt_id, *made_for = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
             after = (float(created), str(thread), str(interrupt_id))
+            cursor_order = made_for[0] if made_for else "oldest"
+            if len(made_for) > 1 or cursor_order not in ("oldest", "newest"):
+                raise ValueError(cursor_order)
         except Exception:
             raise InvalidInputError(f"cursor {cursor!r} is not one list_interrupts returned") from None
+        if cursor_order != order:
+            raise InvalidInputError(
+                f"cursor {cursor!r} continues an order={cursor_order!r} listing; pass order={cursor_order!r} "
+                f"with it, or start order={order!r} without a cursor"
+            )
     return PendingFilter(
         tool=tool,
         thread_id=thread_id,
@@ -922,10 +946,11 @@ def _pending_filter(
         kind=kind,
         after=after,
         limit=limit,
+        order=order,
     )
 
 
-def _page(items: list[Any], limit: int) -> InterruptPage:
+def _page(items: list[Any], filter: PendingFilter) -> InterruptPage:
     out = [
         PendingInterrupt(
             thread_id=item.thread_id,
@@ -945,8 +970,10 @@ def _page(items: list[Any], limit: int) -> InterruptPage:
         for item in items
     ]
     next_cursor = None
-    if len(items) == limit and items:
+    if len(items) == filter.limit and items:
         last = items[-1]
         key = [last.review.created_at, last.thread_id, last.review.interrupt_id]
+        if filter.order != "oldest":  # cursors of oldest-first pages keep their earlier form
+            key.append(filter.order)
         next_cursor = base64.urlsafe_b64encode(orjson.dumps(key)).decode()
     return InterruptPage(items=out, next_cursor=next_cursor)

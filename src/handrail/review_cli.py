@@ -42,10 +42,13 @@ def _where(parser: argparse.ArgumentParser) -> None:
 
 def add_commands(commands: Any) -> None:
     """Add the review commands to the ``handrail`` command's subparsers."""
-    inbox = commands.add_parser("inbox", help="the reviews waiting for you, oldest first")
+    inbox = commands.add_parser("inbox", help="the reviews waiting for you, oldest first (or --order newest)")
     inbox.add_argument("--tool", help="only reviews of this tool")
     inbox.add_argument("--limit", type=int, default=20, help="how many (default: 20)")
     inbox.add_argument("--cursor", help="the next page, as the last page printed it")
+    inbox.add_argument(
+        "--order", choices=("oldest", "newest"), default="oldest", help="oldest (default) or newest first"
+    )
     _where(inbox)
     show = commands.add_parser("show", help="a thread: its last messages and pending reviews")
     show.add_argument("thread_id", metavar="THREAD")
@@ -109,7 +112,7 @@ def _age(created: str) -> str:
 
 
 def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    page = reviews.inbox(tool=args.tool, limit=args.limit, cursor=args.cursor)
+    page = reviews.inbox(tool=args.tool, limit=args.limit, cursor=args.cursor, order=args.order)
     if not page["items"]:
         console.print("Nothing waits for your review.")
         return 0
@@ -121,7 +124,8 @@ def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
         )
     console.print(table)
     if page.get("next_cursor"):
-        console.print(f"More: handrail inbox --cursor {page['next_cursor']}", soft_wrap=True)
+        again = " --order newest" if args.order == "newest" else ""
+        console.print(f"More: handrail inbox{again} --cursor {page['next_cursor']}", soft_wrap=True)
     return 0
 
 

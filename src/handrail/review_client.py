@@ -24,7 +24,9 @@ class ReviewError(ValueError):
 class Reviews(Protocol):
     """What the review CLI needs, from a service or a store."""
 
-    def inbox(self, *, tool: str | None, limit: int, cursor: str | None) -> dict[str, Any]: ...
+    def inbox(
+        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest"
+    ) -> dict[str, Any]: ...
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]: ...
     def state(self, thread_id: str) -> dict[str, Any]: ...
     def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
@@ -56,8 +58,11 @@ class ServiceReviews:
             raise ReviewError(f"{reply.status_code}: {detail}")
         return reply.json()
 
-    def inbox(self, *, tool: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
-        params = {k: v for k, v in {"tool": tool, "limit": limit, "cursor": cursor}.items() if v is not None}
+    def inbox(
+        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest"
+    ) -> dict[str, Any]:
+        given = {"tool": tool, "limit": limit, "cursor": cursor, "order": order}
+        params = {k: v for k, v in given.items() if v is not None}
         result: dict[str, Any] = self._call("GET", "/handrail/inbox", params=params)
         return result
 
@@ -89,10 +94,14 @@ class StoreReviews:
         self._agent = agent
         self._reviewer = {"id": reviewer or getpass.getuser(), "roles": list(roles)}
 
-    def inbox(self, *, tool: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+    def inbox(
+        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest"
+    ) -> dict[str, Any]:
         from handrail.server.wire import inbox_entry
 
-        page = self._agent.list_interrupts(tool=tool, limit=limit, cursor=cursor, reviewer=self._reviewer)
+        page = self._agent.list_interrupts(
+            tool=tool, limit=limit, cursor=cursor, reviewer=self._reviewer, order=order
+        )
         items = []
         for item in page.items:
             state = self._agent.get_state({"configurable": {"thread_id": item.thread_id}})

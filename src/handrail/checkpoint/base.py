@@ -50,6 +50,7 @@ __all__ = [
     "BaseCheckpointSaver",
     "PendingFilter",
     "PendingItem",
+    "PendingOrder",
     "PendingReview",
     "StoredEvent",
     "ThreadFilter",
@@ -59,6 +60,8 @@ __all__ = [
 ]
 
 ThreadStatus = Literal["idle", "running", "interrupted"]
+PendingOrder = Literal["oldest", "newest"]
+"""The inbox's order: by creation time, ``"oldest"`` first (the default) or ``"newest"`` first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +122,10 @@ class PendingFilter:
     """Which pending reviews to list. Every field left as None matches everything.
 
     ``older_than`` is a number of seconds; ``metadata`` must be a subset of the
-    thread's metadata; ``after`` is the ``(created_at, thread_id, interrupt_id)`` of the
-    last item of the previous page.
+    thread's metadata. Items come in ``(created_at, thread_id, interrupt_id)`` order,
+    ascending with ``order="oldest"`` and descending with ``order="newest"`` (a backward
+    walk of the same index); ``after`` is that key of the last item of the previous page,
+    and a page holds only the items past it in the chosen order.
     """
 
     tool: str | None = None
@@ -130,6 +135,7 @@ class PendingFilter:
     kind: str | None = None
     after: tuple[float, str, str] | None = None
     limit: int = 50
+    order: PendingOrder = "oldest"
 
 
 @dataclass(frozen=True, slots=True)

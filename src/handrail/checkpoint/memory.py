@@ -136,9 +136,15 @@ class InMemorySaver(BaseCheckpointSaver):
             and (filter.kind is None or p.kind == filter.kind)
             and (filter.older_than is None or p.created_at <= now - filter.older_than)
         ]
-        items.sort(key=_pending_key)
-        if filter.after is not None:
-            items = [item for item in items if _pending_key(item) > filter.after]
+        newest = filter.order == "newest"
+        items.sort(key=_pending_key, reverse=newest)
+        after = filter.after
+        if after is not None:
+            items = [
+                item
+                for item in items
+                if (_pending_key(item) < after if newest else _pending_key(item) > after)
+            ]
         return items[: filter.limit]
 
     def delete_thread(self, thread_id: str) -> bool:

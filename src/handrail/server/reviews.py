@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Body, Depends, Query, Request
@@ -67,10 +67,16 @@ async def inbox(
     kind: str | None = Query(None, pattern="^(interrupt|outcome_unknown)$"),
     limit: int = Query(20, ge=1, le=200),
     cursor: str | None = None,
+    order: Literal["oldest", "newest"] = Query(
+        "oldest", description="by creation time: oldest or newest first"
+    ),
     messages: int = Query(3, ge=0, le=50, description="how many of the thread's last messages to include"),
     credential: Credential = Depends(caller),
 ) -> Response:
-    """The reviews waiting for the caller, oldest first, a page at a time."""
+    """The reviews waiting for the caller, oldest first (or ``order=newest``), a page at a time.
+
+    ``next_cursor`` continues the listing in the same order (pass the same ``order`` with it).
+    """
     service = _service(request)
     wanted = _metadata_filter(metadata)
     if agent is not None:
@@ -85,6 +91,7 @@ async def inbox(
         limit=limit,
         cursor=cursor,
         reviewer=credential.reviewer,
+        order=order,
     )
     items = []
     for item in page.items:

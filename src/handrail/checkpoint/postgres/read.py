@@ -113,7 +113,11 @@ class ReadSQL(Tables):
         indexed metadata entry; the planner walks the most selective one in page order
         and merges or looks up the others, and stops after a page. Metadata entries no
         index holds (lists, objects, long strings) are compared on the thread's row.
+        Newest first walks the same indexes backwards (the key comparison and the ORDER BY
+        flip together).
         """
+        newest = filter.order == "newest"
+        past, direction = ("<", " DESC") if newest else (">", "")
         where: list[str] = []
         params: list[Any] = []  # the WHERE clause's
         join_params: list[Any] = []  # the FROM clause's, which come first
@@ -137,7 +141,7 @@ class ReadSQL(Tables):
                 join_params += values
             # joined to pending on one column: the planner misjudges a two-column join as one row
             source = " ".join(parts) + f" JOIN {self.pending} AS p ON p.id = {first}.pending_id"
-            order = f"{first}.page_key"
+            order = f"{first}.page_key{direction}"
             for alias, *_ in indexes:  # the bounds on every index, for whichever the planner walks
                 if filter.thread_id is not None:
                     where.append(f"{alias}.thread_id = %s")
@@ -146,11 +150,11 @@ class ReadSQL(Tables):
                     where.append(f"{alias}.page_key < %s")
                     params.append(page_key(math.nextafter(now - filter.older_than, math.inf), "", "")[:8])
                 if filter.after is not None:
-                    where.append(f"{alias}.page_key > %s")
+                    where.append(f"{alias}.page_key {past} %s")
                     params.append(page_key(*filter.after))
         else:
             source = f"{self.pending} AS p"
-            order = "p.created_at, p.thread_id, p.interrupt_id"
+            order = f"p.created_at{direction}, p.thread_id{direction}, p.interrupt_id{direction}"
             if filter.thread_id is not None:
                 where.append("p.thread_id = %s")
                 params.append(filter.thread_id)
@@ -158,7 +162,7 @@ class ReadSQL(Tables):
                 where.append("p.created_at <= %s")
                 params.append(now - filter.older_than)
             if filter.after is not None:
-                where.append("(p.created_at, p.thread_id, p.interrupt_id) > (%s, %s, %s)")
+                where.append(f"(p.created_at, p.thread_id, p.interrupt_id) {past} (%s, %s, %s)")
                 params += list(filter.after)
         if filter.kind is not None:
             where.append("p.kind = %s")

@@ -118,7 +118,13 @@ class _Reads(_Connections):
         return items
 
     def _pending_query(self, filter: PendingFilter, now: float) -> tuple[str, list[Any]]:
-        """The inbox query: an index range in ``(created_at, thread_id, interrupt_id)`` order."""
+        """The inbox query: an index range in ``(created_at, thread_id, interrupt_id)`` order.
+
+        Newest first walks the same index backwards: the key comparison and every column
+        of the ORDER BY flip together.
+        """
+        newest = filter.order == "newest"
+        past, direction = ("<", " DESC") if newest else (">", "")
         where: list[str] = []
         params: list[Any] = []
         # ``o`` is the table whose index orders the page: the tool index when a tool is named
@@ -143,7 +149,7 @@ class _Reads(_Connections):
             where.append(f"{o}.created_at <= ?")
             params.append(now - filter.older_than)
         if filter.after is not None:
-            where.append(f"({o}.created_at, {o}.thread_id, {o}.interrupt_id) > (?, ?, ?)")
+            where.append(f"({o}.created_at, {o}.thread_id, {o}.interrupt_id) {past} (?, ?, ?)")
             params += list(filter.after)
         if filter.metadata:
             where.append("handrail_metadata_matches(CAST(t.thread_id AS BLOB), t.metadata, ?)")
@@ -152,7 +158,8 @@ class _Reads(_Connections):
             f"SELECT {_PENDING_COLUMNS}, t.metadata FROM {source} "
             "JOIN handrail_threads AS t ON t.thread_id = p.thread_id"
             + ((" WHERE " + " AND ".join(where)) if where else "")
-            + f" ORDER BY {o}.created_at, {o}.thread_id, {o}.interrupt_id LIMIT ?"
+            + f" ORDER BY {o}.created_at{direction}, {o}.thread_id{direction}, "
+            + f"{o}.interrupt_id{direction} LIMIT ?"
         )
         params.append(max(filter.limit, 0))
         return sql, params
