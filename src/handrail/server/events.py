@@ -29,12 +29,13 @@ from starlette.responses import StreamingResponse
 from handrail.runtime.authority import refusal
 from handrail.server.auth import caller
 from handrail.server.db import ServerDB
+from handrail.server.problems import documented
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
 
 __all__ = ["EventLog", "router"]
 
-router = APIRouter(prefix="/handrail", tags=["reviews"])
+router = APIRouter(prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413))
 POLL_SECONDS = 0.2
 HEARTBEAT_SECONDS = 15.0
 
@@ -74,7 +75,15 @@ def _visible(service: Service, kind: str, data: dict[str, Any], credential: Cred
     return refusal(agent._spec, data.get("value"), credential.reviewer) is None
 
 
-@router.get("/events")
+@router.get(
+    "/events",
+    responses={
+        200: {
+            "description": "Server-sent events",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
 async def events(
     request: Request,
     last_event_id: str | None = Header(None),

@@ -32,7 +32,7 @@ from handrail.errors import (
     PendingInterruptError,
 )
 
-__all__ = ["BodyLimit", "Problem", "install", "problem_response"]
+__all__ = ["PROBLEM_SCHEMA", "BodyLimit", "Problem", "documented", "install", "problem_response"]
 
 log = logging.getLogger("handrail.server")
 
@@ -47,6 +47,58 @@ _TITLES = {
     422: "Unprocessable Content",
     500: "Internal Server Error",
 }
+
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "ProblemDetails",
+    "type": "object",
+    "description": "An error as RFC 9457 problem details; some errors add fields of their own.",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "description": "always 'about:blank': the status says the kind"},
+        "title": {"type": "string", "description": "the status's name"},
+        "status": {"type": "integer", "minimum": 400, "maximum": 599},
+        "detail": {"type": "string", "description": "what was wrong and what was expected"},
+        "interrupt_id": {"type": "string"},
+        "decision_index": {"type": "integer"},
+        "roles": {"type": "array", "items": {"type": "string"}},
+        "answered_by": {"type": "string"},
+        "answered_at": {"type": "string", "format": "date-time"},
+        "channel": {"type": "string"},
+        "errors": {"type": "array", "items": {"type": "object"}},
+    },
+    "additionalProperties": True,
+}
+"""The JSON schema of every error body (``application/problem+json``), for the OpenAPI document."""
+
+_WHEN = {
+    400: "Malformed: a parameter or the body is not what the operation takes",
+    401: "No credential, or one that is unknown, malformed or revoked",
+    403: "The credential's roles may not decide this review (rule 12); nothing was saved",
+    404: "No such thread, interrupt or assistant",
+    409: "Already answered (naming who and when) or the thread is busy",
+    413: "The request body is too large",
+    422: "Refused by the rules: an answer or input that rule 5 rejects, or a cursor from elsewhere",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` entries of these error statuses, each a problem-details body.
+
+    Example::
+
+        @router.get("/inbox", responses=documented(400, 401, 422))
+    """
+    unknown = sorted(set(statuses) - set(_WHEN))
+    if unknown:
+        raise ValueError(f"no description of status {unknown}; known: {sorted(_WHEN)}")
+    return {
+        status: {
+            "description": _WHEN[status],
+            "content": {"application/problem+json": {"schema": PROBLEM_SCHEMA}},
+        }
+        for status in statuses
+    }
 
 
 class Problem(Exception):
@@ -130,11 +182,36 @@ def install(app: FastAPI) -> None:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return problem_response(500, "the service failed on this request; its log has the details")
 
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # FastAPI's, cached on the app: corrected once, in place
+        _document_validation_as_problems(schema)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HandrailError, on_error)  # mapped in ExceptionMiddleware: not re-raised
     app.add_exception_handler(Exception, on_error)  # the last resort: a 500, logged
+
+
+def _document_validation_as_problems(schema: dict[str, Any]) -> None:
+    """Replace FastAPI's default 422 (``HTTPValidationError``, never sent) with what is sent.
+
+    A request the parameters refuse is answered 400 as problem details (``on_validation``),
+    and a 422 is problem details too; paths that document their errors already keep them.
+    """
+    default = "#/components/schemas/HTTPValidationError"
+    for operation in (op for item in schema.get("paths", {}).values() for op in item.values()):
+        responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+        content = responses.get("422", {}).get("content", {}).get("application/json", {})
+        if content.get("schema", {}).get("$ref") == default:
+            responses.update({str(k): v for k, v in documented(422).items()})
+            responses.setdefault("400", documented(400)[400])
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema.get("components", {}).get("schemas", {}).pop(name, None)
 
 
 class BodyLimit:

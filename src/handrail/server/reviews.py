@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from handrail.errors import InvalidDecisionError
 from handrail.server.auth import caller
-from handrail.server.problems import Problem
+from handrail.server.problems import Problem, documented
 from handrail.server.runs import RunRegistry
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
@@ -29,7 +29,16 @@ from handrail.server.wire import audit_csv, audit_entry, inbox_entry, to_wire
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/handrail", tags=["reviews"])
+router = APIRouter(prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413))
+_AUDIT_BODIES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The audit trail, oldest first",
+        "content": {
+            "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+            "text/csv": {"schema": {"type": "string"}},
+        },
+    }
+}
 _ANSWER_SHAPE = (
     'the body must be a JSON object {"answer": ...}, e.g. {"answer": {"decisions": [{"type": "approve"}]}}'
 )
@@ -57,7 +66,7 @@ def _metadata_filter(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
-@router.get("/inbox")
+@router.get("/inbox", responses=documented(404, 422))
 async def inbox(
     request: Request,
     tool: str | None = None,
@@ -104,7 +113,9 @@ async def inbox(
     return _json({"items": items, "next_cursor": page.next_cursor})
 
 
-@router.post("/threads/{thread_id}/interrupts/{interrupt_id}/answer")
+@router.post(
+    "/threads/{thread_id}/interrupts/{interrupt_id}/answer", responses=documented(403, 404, 409, 422)
+)
 async def answer(
     thread_id: str,
     interrupt_id: str,
@@ -169,7 +180,7 @@ async def answer(
     return _json(body)
 
 
-@router.get("/threads/{thread_id}/audit")
+@router.get("/threads/{thread_id}/audit", responses={**_AUDIT_BODIES, **documented(404, 422)})
 async def audit(
     thread_id: str,
     request: Request,
