@@ -75,8 +75,15 @@ def _visible(service: Service, kind: str, data: dict[str, Any], credential: Cred
     return refusal(agent._spec, data.get("value"), credential.reviewer) is None
 
 
+class _EventStream(StreamingResponse):
+    """Server-sent events: what the OpenAPI document names as the live inbox's content type."""
+
+    media_type = "text/event-stream"
+
+
 @router.get(
     "/events",
+    response_class=_EventStream,
     responses={
         200: {
             "description": "Server-sent events",
