@@ -24,12 +24,13 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, overload
-
-import pydantic
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from handrail.runtime.context import ToolRuntime
+
+if TYPE_CHECKING:  # pydantic loads when a schema is first built, not on `import handrail`
+    import pydantic
+    from pydantic import BaseModel
 
 __all__ = ["Tool", "ToolArgumentsError", "coerce_tool", "tool"]
 
@@ -126,6 +127,8 @@ class Tool:
             exact = _exact_values(self._plain, args)
             if exact is not None:
                 return exact
+        import pydantic
+
         try:
             model = self.args_schema.model_validate(dict(args))
         except pydantic.ValidationError as exc:
@@ -322,6 +325,8 @@ def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
 def _schema_from_signature(
     func: Callable[..., Any], name: str, arg_docs: dict[str, str], skip: list[str]
 ) -> type[BaseModel]:
+    import pydantic
+
     hints = _type_hints(func)
     fields: dict[str, Any] = {}
     for param in inspect.signature(func).parameters.values():
@@ -336,7 +341,7 @@ def _schema_from_signature(
             pydantic.Field(default=default, description=arg_docs.get(param.name)),
         )
     model: type[BaseModel] = pydantic.create_model(
-        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
+        f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
     )
     return model
 
