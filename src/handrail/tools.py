@@ -20,7 +20,6 @@ from the schema. Async functions work the same way.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -158,6 +157,8 @@ class Tool:
 
     async def arun(self, values: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
         """Async :meth:`run`; a sync tool runs in a worker thread."""
+        import asyncio
+
         kwargs = self._with_runtime(values, runtime)
         if self.is_async:
             return await self.func(**kwargs)
@@ -285,6 +286,8 @@ def coerce_tool(value: Any) -> Tool:
 
 def run_coroutine_sync(coro: Any) -> Any:
     """Run a coroutine to completion from sync code, even when a loop is running here."""
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
