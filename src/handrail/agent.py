@@ -6,7 +6,6 @@ and hands the work to the run loop, driven synchronously or asynchronously.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextvars
 import queue
@@ -332,6 +331,8 @@ class Agent:
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
+        import asyncio
+
         _check_version(version)
         modes, single = _parse_modes(stream_mode)
         env, request = self._prepare_run(input, config, modes, context, kwargs)

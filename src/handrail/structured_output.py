@@ -36,7 +36,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
-import pydantic
 from typing_extensions import TypeVar, is_typeddict
 
 from handrail.checkpoint import serde
@@ -112,6 +111,8 @@ class _Schema:
                 f"response_format schema must be a pydantic model, a dataclass, a TypedDict or a "
                 f"JSON schema dict, got {schema!r}"
             )
+        import pydantic  # loaded when a schema is first used, not on `import handrail`
+
         try:
             json_schema = pydantic.TypeAdapter(_validator_of(schema)).json_schema()
         except Exception as exc:
@@ -128,6 +129,8 @@ class _Schema:
             if not isinstance(data, Mapping):
                 raise ValueError(f"expected an object, got {type(data).__name__}")
             return dict(data)
+        import pydantic
+
         validator = _validator_of(self.schema)
         parsed = pydantic.TypeAdapter(validator).validate_python(data)
         if validator is not self.schema:  # a TypedDict: a plain dict of the keys given
@@ -148,6 +151,8 @@ def _validator_of(schema: type) -> Any:
     (pydantic refuses ``typing.TypedDict`` before Python 3.12)."""
     if not is_typeddict(schema):
         return schema
+    import pydantic
+
     hints = typing.get_type_hints(schema)
     required = getattr(schema, "__required_keys__", frozenset(hints))
     fields: dict[str, Any] = {key: (hint, ... if key in required else None) for key, hint in hints.items()}
@@ -276,6 +281,8 @@ def _make_storable(schema: Any) -> None:
     """
     if not isinstance(schema, type) or schema in _STORED:
         return
+    import pydantic
+
     if not (issubclass(schema, pydantic.BaseModel) or dataclasses.is_dataclass(schema)):
         return  # TypedDicts and JSON schemas parse into plain dicts
     adapter = pydantic.TypeAdapter(schema)

@@ -20,16 +20,16 @@ from the schema. Async functions work the same way.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, overload
-
-import pydantic
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from handrail.runtime.context import ToolRuntime
+
+if TYPE_CHECKING:  # pydantic loads when a schema is first built, not on `import handrail`
+    import pydantic
+    from pydantic import BaseModel
 
 __all__ = ["Tool", "ToolArgumentsError", "coerce_tool", "tool"]
 
@@ -126,6 +126,8 @@ class Tool:
             exact = _exact_values(self._plain, args)
             if exact is not None:
                 return exact
+        import pydantic
+
         try:
             model = self.args_schema.model_validate(dict(args))
         except pydantic.ValidationError as exc:
@@ -155,6 +157,8 @@ class Tool:
 
     async def arun(self, values: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
         """Async :meth:`run`; a sync tool runs in a worker thread."""
+        import asyncio
+
         kwargs = self._with_runtime(values, runtime)
         if self.is_async:
             return await self.func(**kwargs)
@@ -282,6 +286,8 @@ def coerce_tool(value: Any) -> Tool:
 
 def run_coroutine_sync(coro: Any) -> Any:
     """Run a coroutine to completion from sync code, even when a loop is running here."""
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -322,6 +328,8 @@ def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
 def _schema_from_signature(
     func: Callable[..., Any], name: str, arg_docs: dict[str, str], skip: list[str]
 ) -> type[BaseModel]:
+    import pydantic
+
     hints = _type_hints(func)
     fields: dict[str, Any] = {}
     for param in inspect.signature(func).parameters.values():
@@ -336,7 +344,7 @@ def _schema_from_signature(
             pydantic.Field(default=default, description=arg_docs.get(param.name)),
         )
     model: type[BaseModel] = pydantic.create_model(
-        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
+        f"{name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
     )
     return model
 

@@ -40,7 +40,6 @@ method in a worker thread; stores with a native async driver override them.
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -250,6 +249,8 @@ class BaseCheckpointSaver(ABC):
         reading: StoredEvent | None = None,
     ) -> None:
         """Async :meth:`append`."""
+        import asyncio
+
         extra = later_keywords(durable=durable, reading=reading)
         await asyncio.to_thread(
             lambda: self.append(
@@ -267,6 +268,8 @@ class BaseCheckpointSaver(ABC):
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
         """Async :meth:`read`."""
+        import asyncio
+
         extra = later_keywords(from_reading=from_reading)
         return await asyncio.to_thread(
             lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
@@ -274,38 +277,54 @@ class BaseCheckpointSaver(ABC):
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
         """Async :meth:`get_thread`."""
+        import asyncio
+
         return await asyncio.to_thread(self.get_thread, thread_id)
 
     async def alist_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
         """Async :meth:`list_threads`."""
+        import asyncio
+
         return await asyncio.to_thread(self.list_threads, filter)
 
     async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
         """Async :meth:`list_pending`."""
+        import asyncio
+
         return await asyncio.to_thread(self.list_pending, filter)
 
     async def adelete_thread(self, thread_id: str) -> bool:
         """Async :meth:`delete_thread`."""
+        import asyncio
+
         return await asyncio.to_thread(self.delete_thread, thread_id)
 
     async def aprune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
     ) -> int:
         """Async :meth:`prune`."""
+        import asyncio
+
         return await asyncio.to_thread(
             lambda: self.prune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
         )
 
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
         """Async :meth:`claim_run`."""
+        import asyncio
+
         await asyncio.to_thread(self.claim_run, thread_id, run_id)
 
     async def arelease_run(self, thread_id: str, run_id: str) -> None:
         """Async :meth:`release_run`."""
+        import asyncio
+
         await asyncio.to_thread(self.release_run, thread_id, run_id)
 
     async def aruns_alive(self, thread_id: str) -> set[str]:
         """Async :meth:`runs_alive`."""
+        import asyncio
+
         return await asyncio.to_thread(self.runs_alive, thread_id)
 
 

@@ -22,7 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -191,6 +190,8 @@ class ToolRetryMiddleware(_Retrying):
             attempt += 1
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncToolHandler) -> ToolMessage:
+        import asyncio
+
         if not self._applies(request):
             return await handler(request)
         attempt = 0
@@ -253,6 +254,8 @@ class ModelRetryMiddleware(_Retrying):
     async def awrap_model_call(
         self, request: ModelRequest, handler: AsyncModelHandler
     ) -> ModelResponse | AIMessage:
+        import asyncio
+
         attempt = 0
         while True:
             try:

@@ -3,14 +3,13 @@ splitting, status-error translation. Nothing here talks to the network."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
 
@@ -26,6 +25,9 @@ from handrail.models.errors import (
     error_detail,
     looks_like_context_overflow,
 )
+
+if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
+    import asyncio
 
 __all__ = [
     "LOCAL_SERVER_KEY",
@@ -84,6 +86,8 @@ class LazyClients(Generic[SyncClient, AsyncClient]):
 
     def async_(self) -> AsyncClient:
         """The async client for the running event loop (call from a coroutine)."""
+        import asyncio
+
         if self.given_async is not None:
             return self.given_async
         loop = asyncio.get_running_loop()
@@ -103,6 +107,8 @@ class LazyClients(Generic[SyncClient, AsyncClient]):
 
     def forget_async(self) -> AsyncClient | None:
         """Drop the running loop's async client from the cache and return it (to close it)."""
+        import asyncio
+
         if self.given_async is not None:
             return self.given_async
         with self._lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -63,6 +62,8 @@ class ChatModel(ABC):
         **settings: Any,
     ) -> AIMessage:
         """Async :meth:`invoke`; the default runs the sync one in a worker thread."""
+        import asyncio
+
         return await asyncio.to_thread(
             lambda: self.invoke(messages, tools=tools, tool_choice=tool_choice, **settings)
         )

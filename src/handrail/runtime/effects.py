@@ -9,13 +9,12 @@ else in the runtime knows whether it runs sync or async.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -47,6 +46,9 @@ from handrail.runtime.events import Event, encode_event, pack_payload, review_pa
 from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, run_coroutine_sync
+
+if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
+    import asyncio
 
 __all__ = ["Effect", "Env", "drive_async", "drive_sync"]
 
@@ -563,6 +565,7 @@ class Chain(Effect):
         if sync_defined or not async_defined:
             result = getattr(middleware, self.hook)(request, handler)
         else:
+            import asyncio
 
             async def async_handler(inner: Any) -> Any:
                 return await asyncio.to_thread(handler, inner)
@@ -578,6 +581,8 @@ class Chain(Effect):
             reset_current_task(token)
 
     async def _call_async(self, env: Env, position: int, request: Any) -> Any:
+        import asyncio
+
         if position == len(self.layers):
             self.task.source = None
             return await drive_async(self.innermost(request), env)
@@ -692,6 +697,8 @@ class RunTasks(Effect):
             drive_sync(task, env)
 
     async def run_async(self, env: Env) -> None:
+        import asyncio
+
         if len(self.tasks) == 1:
             await drive_async(self.tasks[0], env)
             return

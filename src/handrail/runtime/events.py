@@ -45,14 +45,15 @@ import base64
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Any
-
-import zstandard
+from typing import TYPE_CHECKING, Any
 
 from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.integrity import seal, unseal
 from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import SerializationError
+
+if TYPE_CHECKING:  # zstandard loads on the first payload that is compressed or decompressed
+    import zstandard
 
 __all__ = [
     "AUDIT_KINDS",
@@ -221,30 +222,75 @@ _ZDICT_V2 = base64.b64decode(
 
 
 class _Codecs(threading.local):
-    """One Zstandard compressor and two decompressors per Python thread (none is thread-safe)."""
+    """One Zstandard compressor and two decompressors per Python thread (none is thread-safe).
+
+    Built on the first payload a thread compresses or decompresses, so that ``import handrail``
+    and threads of small payloads never load zstandard nor build its dictionaries.
+    """
 
     def __init__(self) -> None:
+        import zstandard
+
+        dict_v1, dict_v2 = _zstd_dicts()
+        self.zstd = zstandard
         self.packer = zstandard.ZstdCompressor(
             level=1,
-            dict_data=_ZSTD_DICT_V2,
+            dict_data=dict_v2,
             write_checksum=True,
             write_content_size=True,
             write_dict_id=False,
         )
-        self.unpacker = zstandard.ZstdDecompressor(dict_data=_ZSTD_DICT_V2)
-        self.unpacker_v1 = zstandard.ZstdDecompressor(dict_data=_ZSTD_DICT_V1)
+        self.unpacker = zstandard.ZstdDecompressor(dict_data=dict_v2)
+        self.unpacker_v1 = zstandard.ZstdDecompressor(dict_data=dict_v1)
 
 
-_ZSTD_DICT_V1 = zstandard.ZstdCompressionDict(_ZDICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-_ZSTD_DICT_V2 = zstandard.ZstdCompressionDict(_ZDICT_V2, dict_type=zstandard.DICT_TYPE_FULLDICT)
-_codecs = _Codecs()
+_dicts: tuple[zstandard.ZstdCompressionDict, zstandard.ZstdCompressionDict] | None = None
+_dicts_lock = threading.Lock()
+_codecs_lock = threading.Lock()
+_codecs_of_threads: _Codecs | None = None
+
+
+def _zstd_dicts() -> tuple[zstandard.ZstdCompressionDict, zstandard.ZstdCompressionDict]:
+    """The two Zstandard dictionaries (v1 raw content, v2 trained), built once per process."""
+    global _dicts
+    with _dicts_lock:
+        if _dicts is None:
+            import zstandard
+
+            _dicts = (
+                zstandard.ZstdCompressionDict(_ZDICT_V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT),
+                zstandard.ZstdCompressionDict(_ZDICT_V2, dict_type=zstandard.DICT_TYPE_FULLDICT),
+            )
+        return _dicts
+
+
+def _codecs() -> _Codecs:
+    """This Python thread's codecs (the thread-local object is made on first use, and its
+    ``__init__`` runs once in each thread that touches it)."""
+    global _codecs_of_threads
+    codecs = _codecs_of_threads
+    if codecs is None:
+        with _codecs_lock:
+            if _codecs_of_threads is None:
+                _codecs_of_threads = _Codecs()
+            codecs = _codecs_of_threads
+    return codecs
+
+
+def _zstd_error() -> type[Exception]:
+    """zstandard's error type (only looked up when a decompression has failed)."""
+    import zstandard
+
+    return zstandard.ZstdError
+
+
 _COMPRESSED = (_ZDICT_V1_MARK, _ZSTD_V1_MARK, _ZSTD_V2_MARK)
 
 
 def pack_payload(payload: bytes) -> bytes:
     """Compress a stored JSON payload when that pays (larger than ``COMPRESS_OVER``)."""
     if len(payload) > COMPRESS_OVER:
-        packed = _ZSTD_V2_MARK + _codecs.packer.compress(payload)
+        packed = _ZSTD_V2_MARK + _codecs().packer.compress(payload)
         if len(packed) < len(payload):
             return packed
     return compact(payload)
@@ -263,18 +309,19 @@ def unpack_payload(payload: bytes, thread_id: str, record: str, seq: int | None 
         return payload
     try:
         if marker != _ZDICT_V1_MARK:
+            codecs = _codecs()
             frame = payload[1:]
-            size = zstandard.frame_content_size(frame)
+            size = codecs.zstd.frame_content_size(frame)
             if not 0 <= size <= _MAX_PAYLOAD:
-                raise zstandard.ZstdError(f"the frame declares {size} bytes")
-            unpacker = _codecs.unpacker if marker == _ZSTD_V2_MARK else _codecs.unpacker_v1
+                raise codecs.zstd.ZstdError(f"the frame declares {size} bytes")
+            unpacker = codecs.unpacker if marker == _ZSTD_V2_MARK else codecs.unpacker_v1
             return unpacker.decompress(frame)
         inflater = zlib.decompressobj(zdict=_ZDICT_V1)
         data = inflater.decompress(payload[1:], _MAX_PAYLOAD) + inflater.flush()
         if not inflater.eof:
             raise zlib.error("the compressed data is truncated")
         return data
-    except (zlib.error, zstandard.ZstdError) as exc:
+    except (zlib.error, _zstd_error()) as exc:
         raise SerializationError(
             f"cannot load thread {thread_id!r}, {record}: damaged compressed payload ({exc})",
             thread_id=thread_id,

@@ -80,7 +80,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 from types import TracebackType
@@ -201,8 +200,12 @@ class AsyncSqliteSaver(_SqliteStore):
 
     async def setup(self) -> None:
         """Create or migrate the schema (see :meth:`SqliteSaver.setup`); done on opening."""
+        import asyncio
+
         await asyncio.to_thread(self._migrate)
 
     async def aclose(self) -> None:
         """Async :meth:`close`."""
+        import asyncio
+
         await asyncio.to_thread(self.close)

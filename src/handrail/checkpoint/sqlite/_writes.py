@@ -13,12 +13,11 @@ other writes to a thread's rows.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,6 +34,9 @@ from handrail.checkpoint.base import PendingReview, StoredEvent, ThreadRecord
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._runs import _Runs
 from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
+
+if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
+    import asyncio
 
 
 class _Writes(_Runs):
@@ -91,6 +93,8 @@ class _Writes(_Runs):
         both the transaction (one fsync) and the hop to a thread (see
         :meth:`_commit_together`).
         """
+        import asyncio
+
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         loop = asyncio.get_running_loop()
         write.loop, write.future = loop, loop.create_future()
