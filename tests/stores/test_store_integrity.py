@@ -110,6 +110,8 @@ def test_an_intact_log_verifies(location: Location, tmp_path: Path) -> None:
         None,
     )
     assert agent.get_state(config(thread_id)).values["messages"][-1].content == "Paid again."
+    # the head's hash is the last record's seal: it vouches for every record before it
+    assert report.head_hash == unseal(events[-1].payload)[0].hex()  # type: ignore[union-attr]
     assert not agent.verify_audit(config("no-such-thread")).ok
 
 
