@@ -22,12 +22,12 @@ from starlette.responses import Response
 from handrail.errors import InvalidDecisionError
 from handrail.server.auth import caller
 from handrail.server.problems import Problem, documented
-from handrail.server.runs import RunRegistry
+from handrail.server.runs import Run, RunRegistry
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import audit_csv, audit_entry, inbox_entry, to_wire
 
-__all__ = ["router"]
+__all__ = ["inbox_page", "record_answer", "router"]
 
 router = APIRouter(prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413))
 _AUDIT_BODIES: dict[int | str, dict[str, Any]] = {
@@ -86,31 +86,20 @@ async def inbox(
 
     ``next_cursor`` continues the listing in the same order (pass the same ``order`` with it).
     """
-    service = _service(request)
-    wanted = _metadata_filter(metadata)
-    if agent is not None:
-        service.agent(agent)
-        wanted = {**(wanted or {}), "assistant_id": agent}
-    library = service.agents[agent or service.default_assistant]
-    page = await library.alist_interrupts(
+    page = await inbox_page(
+        _service(request),
+        credential,
         tool=tool,
+        agent=agent,
         older_than=older_than,
-        metadata=wanted,
+        metadata=_metadata_filter(metadata),
         kind=kind,
         limit=limit,
         cursor=cursor,
-        reviewer=credential.reviewer,
         order=order,
+        messages=messages,
     )
-    items = []
-    for item in page.items:
-        last: list[Any] = []
-        if messages:
-            owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
-            state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
-            last = list(state.values.get("messages", []))[-messages:]
-        items.append(inbox_entry(item, last))
-    return _json({"items": items, "next_cursor": page.next_cursor})
+    return _json(page)
 
 
 @router.post(
@@ -134,42 +123,9 @@ async def answer(
     unexpected = sorted(set(payload) - {"answer", "reviewer"})
     if unexpected:
         raise Problem(400, f'unexpected field(s) {unexpected}; the body is {{"answer": ...}}')
-    service = _service(request)
-    assistant, agent, _ = await service.owner(thread_id)
-    try:
-        decision = await agent.adecide(
-            thread_id, interrupt_id, payload["answer"], reviewer=credential.reviewer, channel="http"
-        )
-    except InvalidDecisionError:
-        state = await agent.aget_state({"configurable": {"thread_id": thread_id}})
-        if interrupt_id not in {i.id for i in state.interrupts}:
-            raise Problem(
-                404,
-                f"thread {thread_id!r} has no pending interrupt {interrupt_id!r}; pending: "
-                f"{[i.id for i in state.interrupts] or 'none'}",
-            ) from None
-        raise
-    decided = {
-        "thread_id": thread_id,
-        "interrupt_id": interrupt_id,
-        "reviewer": decision.reviewer,
-        "channel": "http",
-    }
-    await asyncio.to_thread(service.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}")
-    registry = service.runs
-    assert isinstance(registry, RunRegistry)
-    config = {"configurable": {"thread_id": thread_id, "reviewer": credential.reviewer, "channel": "http"}}
-    run = registry.start(
-        agent, assistant, thread_id, None, config, ["values"], {}, after=registry.active.get(thread_id)
+    body, run = await record_answer(
+        _service(request), thread_id, interrupt_id, payload["answer"], credential, channel="http"
     )
-    body: dict[str, Any] = {
-        "thread_id": thread_id,
-        "interrupt_id": interrupt_id,
-        "answer": to_wire(decision.answer),
-        "reviewer": decision.reviewer,
-        "channel": decision.channel,
-        "run_id": run.run_id,
-    }
     if not wait:
         return _json(body, 202)
     await run.done.wait()
@@ -195,3 +151,92 @@ async def audit(
     if format == "json":
         return _json(entries)
     return Response(audit_csv(entries), media_type="text/csv")
+
+
+# What every channel calls (the JSON API here, the web pages, chat buttons) ----------------------
+async def inbox_page(
+    service: Service,
+    credential: Credential,
+    *,
+    tool: str | None = None,
+    agent: str | None = None,
+    older_than: float | None = None,
+    metadata: dict[str, Any] | None = None,
+    kind: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+    order: Literal["oldest", "newest"] = "oldest",
+    messages: int = 3,
+) -> dict[str, Any]:
+    """One page of the reviews ``credential`` may decide: ``{"items": [...], "next_cursor"}``."""
+    wanted = metadata
+    if agent is not None:
+        service.agent(agent)
+        wanted = {**(wanted or {}), "assistant_id": agent}
+    library = service.agents[agent or service.default_assistant]
+    page = await library.alist_interrupts(
+        tool=tool,
+        older_than=older_than,
+        metadata=wanted,
+        kind=kind,
+        limit=limit,
+        cursor=cursor,
+        reviewer=credential.reviewer,
+        order=order,
+    )
+    items = []
+    for item in page.items:
+        last: list[Any] = []
+        if messages:
+            owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
+            state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
+            last = list(state.values.get("messages", []))[-messages:]
+        items.append(inbox_entry(item, last))
+    return {"items": items, "next_cursor": page.next_cursor}
+
+
+async def record_answer(
+    service: Service, thread_id: str, interrupt_id: str, answer: Any, credential: Credential, *, channel: str
+) -> tuple[dict[str, Any], Run]:
+    """Record ``credential``'s answer to one interrupt and start the run that continues the thread.
+
+    The checks are the library's (rule 5, rule 12; ``Agent.adecide``): a refused answer
+    raises and saves nothing. An interrupt that is not pending on the thread is a 404.
+    Returns what was recorded (the answer endpoint's body) and the run.
+    """
+    assistant, agent, _ = await service.owner(thread_id)
+    try:
+        decision = await agent.adecide(
+            thread_id, interrupt_id, answer, reviewer=credential.reviewer, channel=channel
+        )
+    except InvalidDecisionError:
+        state = await agent.aget_state({"configurable": {"thread_id": thread_id}})
+        if interrupt_id not in {i.id for i in state.interrupts}:
+            raise Problem(
+                404,
+                f"thread {thread_id!r} has no pending interrupt {interrupt_id!r}; pending: "
+                f"{[i.id for i in state.interrupts] or 'none'}",
+            ) from None
+        raise
+    decided = {
+        "thread_id": thread_id,
+        "interrupt_id": interrupt_id,
+        "reviewer": decision.reviewer,
+        "channel": channel,
+    }
+    await asyncio.to_thread(service.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}")
+    registry = service.runs
+    assert isinstance(registry, RunRegistry)
+    config = {"configurable": {"thread_id": thread_id, "reviewer": credential.reviewer, "channel": channel}}
+    run = registry.start(
+        agent, assistant, thread_id, None, config, ["values"], {}, after=registry.active.get(thread_id)
+    )
+    body: dict[str, Any] = {
+        "thread_id": thread_id,
+        "interrupt_id": interrupt_id,
+        "answer": to_wire(decision.answer),
+        "reviewer": decision.reviewer,
+        "channel": decision.channel,
+        "run_id": run.run_id,
+    }
+    return body, run
