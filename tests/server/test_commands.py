@@ -23,6 +23,17 @@ def test_tokens_create_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "no live token" in capsys.readouterr().err
 
 
+def test_a_token_made_before_the_service_first_ran_leaves_the_file_usable(tmp_path: Path) -> None:
+    """'handrail tokens create --db FILE' on a new file makes the service's tables first; the
+    store then opens the file (they are handrail's own, not foreign tables)."""
+    from handrail import SqliteSaver
+
+    db = tmp_path / "new.db"
+    assert main(["tokens", "create", "--name", "alice", "--db", str(db)]) == 0
+    with SqliteSaver(db) as saver:
+        assert saver.get_thread("t") is None
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

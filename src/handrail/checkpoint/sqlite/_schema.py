@@ -199,6 +199,10 @@ VERSIONS = "handrail_schema_version"
 PREFIX = "handrail_"
 """Every table and index handrail makes starts with this: it adds nothing else to a file."""
 
+SERVICE_PREFIX = "handrail_server_"
+"""The review service's own tables (``handrail.server.db``): handrail's, but not the store's
+(``handrail tokens create`` may make them in a file before any saver opens it)."""
+
 IMPLAUSIBLE_VERSION = 1000
 """A stored schema version above this was never written by handrail: the file is damaged."""
 
@@ -269,7 +273,9 @@ def prepare(conn: sqlite3.Connection, path: str | None) -> int:
         return _stored_version(conn, path, VERSIONS)
     if _holds_plain_names(conn, objects):
         return _adopt_plain_names(conn, path, objects)
-    clashing = sorted(name for name in objects if name.startswith(PREFIX))
+    clashing = sorted(
+        name for name in objects if name.startswith(PREFIX) and not name.startswith(SERVICE_PREFIX)
+    )
     if clashing:
         raise _clash(path, clashing)
     conn.execute(
