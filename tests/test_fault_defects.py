@@ -306,3 +306,56 @@ def test_an_impossible_time_of_a_pending_review_fails_as_a_serialization_error()
     damaged = _stored_again(list(read.events), record)
     with pytest.raises(SerializationError, match=f"thread 't1', pending interrupt {review.interrupt_id}"):
         damaged.list_interrupts()
+
+
+def test_an_edited_call_cut_short_is_asked_about_as_it_ran(tmp_path: Path) -> None:
+    """Rule 9 with an edit: the process dies inside the edited call (here another tool with
+    other arguments); the outcome_unknown review names the call that ran, not the proposal."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    db = tmp_path / "threads.db"
+    script.write_text(
+        "import os, signal, sys\n"
+        "from handrail import Command, HumanInTheLoopMiddleware, ScriptedModel, SqliteSaver, create_agent\n"
+        "def write_file(path: str) -> str:\n"
+        "    '''Write a file.'''\n"
+        "    return 'wrote'\n"
+        "def shred(path: str) -> str:\n"
+        "    '''Shred a file.'''\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return 'never'\n"
+        "agent = create_agent(ScriptedModel([{'content': '', 'tool_calls': [{'name': 'write_file', "
+        "'args': {'path': 'a'}}]}, {'content': 'done'}]), [write_file, shred], "
+        "middleware=[HumanInTheLoopMiddleware({'write_file': True})],\n"
+        "    checkpointer=SqliteSaver(sys.argv[1]))\n"
+        "config = {'configurable': {'thread_id': 't'}}\n"
+        "out = agent.invoke({'messages': ['go']}, config)\n"
+        "edit = {'type': 'edit', 'edited_action': {'name': 'shred', 'args': {'path': 'b'}}}\n"
+        "agent.invoke(Command(resume={out['__interrupt__'][0].id: {'decisions': [edit]}}), config)\n"
+    )
+    done = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    from handrail import HumanInTheLoopMiddleware, ScriptedModel, SqliteSaver, create_agent
+
+    def write_file(path: str) -> str:
+        """Write a file."""
+        return "wrote"
+
+    def shred(path: str) -> str:
+        """Shred a file."""
+        return "shredded"
+
+    agent = create_agent(
+        ScriptedModel([{"content": "done"}]),
+        [write_file, shred],
+        middleware=[HumanInTheLoopMiddleware({"write_file": True})],
+        checkpointer=SqliteSaver(db),
+    )
+    (unknown,) = agent.get_state({"configurable": {"thread_id": "t"}}).interrupts
+    assert unknown.value["type"] == "outcome_unknown"
+    assert (unknown.value["name"], unknown.value["args"]) == ("shred", {"path": "b"}), json.dumps(
+        unknown.value
+    )

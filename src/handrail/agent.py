@@ -406,6 +406,24 @@ class Agent:
             raise name_first_answer(exc, interrupt_id, trail) from None
         return _decision(env, request, interrupt_id)
 
+    def _run_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
+        """Run what is due on ``thread_id`` as ``run_id``, a run the caller claimed on the store
+        (``claim_queued``: a worker, ``handrail.worker``); the claim ends with the run.
+
+        The run reads the thread first (no cached reading): a claimed run is never retried
+        under a run id of its own.
+        """
+        return self._run_sync(*self._claimed_run(thread_id, run_id))
+
+    async def _arun_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
+        """Async :meth:`_run_claimed`."""
+        return await self._run_async(*self._claimed_run(thread_id, run_id))
+
+    def _claimed_run(self, thread_id: str, run_id: str) -> tuple[Env, loop.RunRequest]:
+        env, request = self._prepare_run(None, {"configurable": {"thread_id": thread_id}}, frozenset())
+        env.run_id, env.claimed, env.trust_cache = run_id, True, False
+        return env, request
+
     def _decision_run(
         self, thread_id: str, interrupt_id: str, answer: Any, reviewer: Any, channel: str
     ) -> tuple[Env, loop.RunRequest]:
@@ -736,6 +754,59 @@ class Agent:
         env, _ = self._reader(config)
         entries: list[AuditEntry] = await drive_async(maintenance.audit_trail(env), env)
         return entries
+
+    def audit(
+        self,
+        *,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """The audit trail across threads: every request, answer and tool run, oldest first.
+
+        ``since``/``until`` (aware datetimes or epoch seconds) bound the entries' times,
+        ``metadata`` picks the threads (a subset match), ``limit`` caps the entries (the
+        oldest are kept). Each thread updated since ``since`` is read from its log.
+
+        Example::
+
+            for entry in agent.audit(since=datetime.now(UTC) - timedelta(days=1)):
+                print(entry.at, entry.thread_id, entry.event, entry.reviewer)
+        """
+        env, args = self._audit_args(since, until, metadata, limit)
+        entries: list[AuditEntry] = drive_sync(maintenance.audit_across(env, *args), env)
+        return entries
+
+    async def aaudit(
+        self,
+        *,
+        since: datetime | float | None = None,
+        until: datetime | float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[AuditEntry]:
+        """Async :meth:`audit`."""
+        env, args = self._audit_args(since, until, metadata, limit)
+        entries: list[AuditEntry] = await drive_async(maintenance.audit_across(env, *args), env)
+        return entries
+
+    def _audit_args(
+        self,
+        since: datetime | float | None,
+        until: datetime | float | None,
+        metadata: Mapping[str, Any] | None,
+        limit: int,
+    ) -> tuple[Env, tuple[ThreadFilter, float | None, float | None, int]]:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000:
+            raise InvalidInputError(f"limit must be an integer from 1 to 100000, got {limit!r}")
+        window = _thread_filter(metadata, None, since, until, 1, 0)
+        return Env(self._spec, self._store_or_raise(), ""), (
+            window,
+            window.updated_after,
+            window.updated_before,
+            limit,
+        )
 
     def verify_audit(self, config: RunnableConfig) -> AuditVerification:
         """Check a thread's whole log against its hash chain (SPEC rule 18).

@@ -141,7 +141,7 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
     )
-    service_commands.add_commands(commands)  # serve, tokens (handrail.server)
+    service_commands.add_commands(commands)  # serve, worker, tokens (handrail.server)
     review_cli.add_commands(commands)  # inbox, show, approve, ..., audit (handrail.review_cli)
     return parser
 

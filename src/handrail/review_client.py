@@ -109,11 +109,20 @@ class StoreReviews:
         return {"items": items, "next_cursor": page.next_cursor}
 
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]:
+        from handrail.messages import new_id
         from handrail.server.wire import to_wire
 
         decision = self._agent.decide(thread_id, interrupt_id, answer, reviewer=self._reviewer, channel="cli")
-        config = {"configurable": {"thread_id": thread_id, "reviewer": self._reviewer, "channel": "cli"}}
-        values = to_wire(self._agent.invoke(None, config))
+        # the answer queued the thread: run it here, unless a worker took it first (handrail.worker)
+        store = self._agent.checkpointer
+        assert store is not None
+        run_id = new_id("run-")
+        if store.claim_queued(run_id, thread_id=thread_id) is not None:
+            self._agent._run_claimed(thread_id, run_id)
+        state = self._agent.get_state({"configurable": {"thread_id": thread_id}})
+        values = to_wire(state.values)
+        if state.interrupts:
+            values["__interrupt__"] = to_wire(list(state.interrupts))
         return {
             "thread_id": thread_id,
             "interrupt_id": interrupt_id,

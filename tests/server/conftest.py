@@ -144,11 +144,40 @@ def make_token(backend: Backend, name: str, *roles: str) -> str:
 
 
 @contextmanager
-def serving(backend: Backend) -> Iterator[str]:
+def working(backend: Backend, *flags: str) -> Iterator[subprocess.Popen[str]]:
+    """A running ``handrail worker`` process for the served agent on the backend's store."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [*HANDRAIL, "worker", "served_agent:agent", *backend.store_flags(), "--poll", "0.2", *flags],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert "handrail worker for" in first, first + process.stdout.read()
+        drain = threading.Thread(target=process.stdout.read, daemon=True)
+        drain.start()
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def serving(backend: Backend, *flags: str) -> Iterator[str]:
     """A running ``handrail serve`` process on the backend's store; yields its URL."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [*HANDRAIL, "serve", "served_agent:agent", *backend.store_flags(), "--port", "0"],
+        [*HANDRAIL, "serve", "served_agent:agent", *backend.store_flags(), "--port", "0", *flags],
         cwd=HERE,
         env=env,
         stdout=subprocess.PIPE,

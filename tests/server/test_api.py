@@ -332,3 +332,37 @@ async def test_background_runs_join_and_cancel(service: Service, client: httpx.A
     cancel = await client.post(f"/threads/{thread_id}/runs/{run['run_id']}/cancel", headers=alice)
     assert cancel.status_code in (202, 204)
     problem(await client.get(f"/threads/{thread_id}/runs/nope", headers=alice), 404)
+
+
+async def test_the_audit_trail_across_threads_in_json_and_csv(
+    service: Service, client: httpx.AsyncClient
+) -> None:
+    """SPEC §5.1: one trail over every thread (and the library's agent.audit), oldest first,
+    bounded by time and thread metadata."""
+    alice = service.token("alice", "dba")
+    answered = []
+    for _ in range(2):
+        thread_id, interrupt_id = await paused(client, alice)
+        path = f"/handrail/threads/{thread_id}/interrupts/{interrupt_id}/answer?wait=true"
+        assert (await client.post(path, json={"answer": APPROVE}, headers=alice)).status_code == 200
+        answered.append(thread_id)
+    trail = (await client.get("/handrail/audit", headers=alice)).json()
+    assert {e["thread_id"] for e in trail} == set(answered)
+    assert [e["at"] for e in trail] == sorted(e["at"] for e in trail)
+    events = [e["event"] for e in trail if e["thread_id"] == answered[0]]
+    assert events == ["review_requested", "answered", "tool_started", "tool_finished"]
+    library = await service.agent.aaudit()
+    assert [(e.thread_id, e.seq) for e in library] == [(e["thread_id"], e["seq"]) for e in trail]
+    assert (await client.get("/handrail/audit", params={"since": 4e9}, headers=alice)).json() == []
+    one = (await client.get("/handrail/audit", params={"limit": 3}, headers=alice)).json()
+    assert one == trail[:3]
+    import csv
+    import io
+
+    rows = list(
+        csv.DictReader(io.StringIO((await client.get("/handrail/audit?format=csv", headers=alice)).text))
+    )
+    assert [(r["thread_id"], int(r["seq"])) for r in rows] == [(e["thread_id"], e["seq"]) for e in trail]
+    assert (await client.get("/handrail/audit", params={"agent": "nobody"}, headers=alice)).status_code == 404
+    assert (await client.get("/handrail/audit", params={"limit": 0}, headers=alice)).status_code == 400
+    assert (await client.get("/handrail/audit")).status_code == 401

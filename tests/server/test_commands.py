@@ -44,6 +44,9 @@ def test_a_token_made_before_the_service_first_ran_leaves_the_file_usable(tmp_pa
         (["serve", "served_agent:RAN"], "not an Agent"),
         (["serve"], "name an agent"),
         (["serve", "served_agent:agent", "--agent", "oops"], "NAME=module:attribute"),
+        (["worker"], "name an agent"),
+        (["worker", "served_agent:agent", "--concurrency", "0"], "at least 1"),
+        (["worker", "served_agent:agent", "--poll", "0"], "--poll"),
     ],
 )
 def test_service_commands_refuse_in_one_line(

@@ -1,8 +1,8 @@
 """The live inbox over server-sent events, and two services on one store (issue 15).
 
-Events come from ``handrail_server_events`` beside the store, so a stream of one service
-process shows what another did; ``Last-Event-ID`` resumes a stream; each reviewer sees
-only the reviews they may decide (rule 12).
+Events are the store's feed, written with the events they tell of, so a stream of one
+service process shows what another did; ``Last-Event-ID`` resumes a stream; each reviewer
+sees only the reviews they may decide (rule 12).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from conftest import Backend, make_token, serving
 APPROVE = {"answer": {"decisions": [{"type": "approve"}]}}
 
 
-def sse(reply: httpx.Response) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    event_id, kind = 0, ""
+def sse(reply: httpx.Response) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    event_id, kind = "", ""
     for line in reply.iter_lines():
         if line.startswith("id: "):
-            event_id = int(line[4:])
+            event_id = line[4:]
         elif line.startswith("event: "):
             kind = line[7:]
         elif line.startswith("data: "):
@@ -76,7 +76,7 @@ def test_the_live_inbox_streams_reviews_and_resumes_from_the_last_event(
     thread_id = events[0][2]["thread_id"]
     path = f"{served}/handrail/threads/{thread_id}/interrupts/{events[0][2]['interrupt_id']}/answer?wait=true"
     assert httpx.post(path, json=APPROVE, headers={"x-api-key": alice}, timeout=60).status_code == 200
-    resumed, replay = start(served, alice, "review.decided", **{"Last-Event-ID": str(first_id)})
+    resumed, replay = start(served, alice, "review.decided", **{"Last-Event-ID": first_id})
     resumed.join(30)
     assert [kind for _, kind, _ in replay] == ["run.finished", "review.decided"]
     assert replay[1][2]["reviewer"]["id"] == "alice" and replay[1][2]["channel"] == "http"
@@ -158,3 +158,31 @@ def test_a_service_killed_mid_tool_is_recovered_by_another(backend: Backend, tmp
         )
         done = httpx.post(path, json=answer, headers={"x-api-key": alice}, timeout=60).json()
         assert done["values"]["messages"][-1]["content"] == "done: it ran: unblocked by hand"
+
+
+def test_an_answer_given_outside_the_service_shows_live_and_the_service_runs_it(
+    backend: Backend, served: str
+) -> None:
+    """A Python program answers with agent.decide on the same store: the live inbox shows
+    the answer (channel python), and the service's worker runs the queued thread."""
+    import served_agent
+
+    alice = make_token(backend, "alice", "dba")
+    run = {"assistant_id": "sql", "input": {"messages": [{"role": "user", "content": "ANALYZE t"}]}}
+    paused = httpx.post(f"{served}/runs/wait", json=run, headers={"x-api-key": alice}, timeout=60).json()
+    interrupt_id = paused["__interrupt__"][0]["id"]
+    (item,) = httpx.get(f"{served}/handrail/inbox", headers={"x-api-key": alice}, timeout=60).json()["items"]
+    watcher, events = start(served, alice, "run.finished")
+    program = served_agent.build(backend.saver())
+    program.decide(
+        item["thread_id"],
+        interrupt_id,
+        {"decisions": [{"type": "approve"}]},
+        reviewer={"id": "ops-bot", "roles": ["dba"]},
+    )
+    watcher.join(60)
+    kinds = [kind for _, kind, _ in events]
+    assert kinds == ["review.decided", "run.finished"], events
+    assert events[0][2]["reviewer"]["id"] == "ops-bot" and events[0][2]["channel"] == "python"
+    state = httpx.get(f"{served}/threads/{item['thread_id']}/state", headers={"x-api-key": alice}, timeout=60)
+    assert state.json()["values"]["messages"][-1]["content"] == "done: ran ANALYZE t"

@@ -40,6 +40,7 @@ from handrail import (
 from handrail.agent import Agent
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    FeedEntry,
     PendingFilter,
     PendingItem,
     StoredEvent,
@@ -243,6 +244,22 @@ class Store:
         result: set[str] = await self._call("runs_alive", thread_id)
         return result
 
+    async def read_feed(self, after: str | None = None, **options: Any) -> list[FeedEntry]:
+        result: list[FeedEntry] = await self._call("read_feed", after, **options)
+        return result
+
+    async def feed_end(self) -> str | None:
+        result: str | None = await self._call("feed_end")
+        return result
+
+    async def trim_feed(self, before: float) -> int:
+        result: int = await self._call("trim_feed", before)
+        return result
+
+    async def claim_queued(self, run_id: str, **options: Any) -> str | None:
+        result: str | None = await self._call("claim_queued", run_id, **options)
+        return result
+
 
 @contextmanager
 def location_for(backend: str, tmp_path: Path, dsn: str | None) -> Iterator[Location]:
@@ -390,6 +407,11 @@ def _run_command(command: dict[str, Any], notify: Callable[[str], None]) -> dict
             except ConflictError as exc:
                 return {"conflict": str(exc)}
             return {"applied": True}
+        if op == "work":  # what a worker does with a queued thread: claim it, run it
+            from handrail.worker import Worker
+
+            result = asyncio.run(Worker({"agent": agent}).run_thread(thread_id))
+            return {"ran": result is not None}
         if op == "scenario":  # the whole review cycle in this process
             interrupt_id = start(agent, thread_id, command.get("tool", "write_file"))
             agent.invoke(approve(interrupt_id), config(thread_id))

@@ -18,6 +18,7 @@ from _stores import drop_schema, wait_until
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
 from handrail.checkpoint.postgres.read import page_key
+from handrail.checkpoint.postgres.schema import migrations
 from handrail.errors import ConfigurationError, ConflictError, SerializationError
 
 psycopg = pytest.importorskip("psycopg")
@@ -47,7 +48,7 @@ def _sql(dsn: str, schema: str, sql: str, params: Any = ()) -> list[Any]:
         return cursor.fetchall() if cursor.description else []
 
 
-OURS = 4  # handrail's own schema versions
+OURS = migrations("")[-1].version  # handrail's own schema versions
 
 
 class _Extended(PostgresSaver):
@@ -602,10 +603,7 @@ def test_a_version_1_schema_is_migrated_with_its_inbox(postgres: str, schema: st
         assert found(metadata={"team": "a"}) == ["t0"]
         assert found(tool="sql") == ["t1"]
     assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
-        (1,),
-        (2,),
-        (3,),
-        (4,),
+        (v,) for v in range(1, OURS + 1)
     ]
 
 

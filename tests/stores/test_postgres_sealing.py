@@ -37,6 +37,12 @@ def test_migration_4_seals_the_events_of_an_older_schema_and_its_threads_go_on(
                     (unseal(payload)[1], thread, seq),
                 )
             conn.execute(f'DELETE FROM "{schema}".handrail_schema_version WHERE version >= 4')
+            # and without what version 5 added
+            conn.execute(f'DROP TABLE "{schema}".handrail_feed')
+            conn.execute(f'DROP SEQUENCE "{schema}".handrail_feed_places')
+            conn.execute(f'DROP TRIGGER handrail_queue_notify ON "{schema}".handrail_runs')
+            conn.execute(f'DROP FUNCTION "{schema}".handrail_queue_notify()')
+            conn.execute(f'ALTER TABLE "{schema}".handrail_runs ALTER COLUMN owner_key SET NOT NULL')
         assert not any(is_sealed(payload) for payload in _rows(dsn, schema).values())
 
         with PostgresSaver.from_conn_string(dsn, schema=schema, pool_size=2) as saver:

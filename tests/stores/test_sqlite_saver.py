@@ -18,6 +18,7 @@ from _stores import wait_until
 from handrail import AsyncSqliteSaver, SqliteSaver
 from handrail.checkpoint._records import Migration, host_identity
 from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.sqlite._schema import MIGRATIONS
 from handrail.errors import ConfigurationError, ConflictError
 
 
@@ -37,10 +38,7 @@ def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-            (4,),
+            (v,) for v in range(1, OURS + 1)
         ]
         assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file: small pages
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -83,7 +81,7 @@ def test_append_has_no_unwaited_form(kind: type[SqliteSaver] | type[AsyncSqliteS
         assert "wait" not in inspect.signature(method).parameters
 
 
-OURS = 4  # handrail's own schema versions
+OURS = MIGRATIONS[-1].version  # handrail's own schema versions
 
 
 class _Extended(SqliteSaver):
@@ -124,10 +122,7 @@ def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> N
     old.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [
-            (1,),
-            (2,),
-            (3,),
-            (4,),
+            (v,) for v in range(1, OURS + 1)
         ]
         for table in ("handrail_events", "handrail_pending", "handrail_runs"):
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()

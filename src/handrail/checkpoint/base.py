@@ -33,6 +33,16 @@ The whole protocol:
 ``claim_run``, ``release_run``, ``runs_alive``
     Which runs are alive, so a tool call left unfinished by a dead run can be told
     apart from one still running (SPEC rule 9).
+``append(..., notices=, queue=)``, ``read_feed``, ``feed_end``, ``claim_queued``
+    What the review service and its workers read (``handrail.worker``). ``notices`` are
+    rows of the store's *feed*, written in the append's transaction, so that a review
+    asked or answered through any process or channel is seen by every reader, once,
+    in commit order (:class:`FeedEntry`; a crash loses none). ``queue=True`` leaves the
+    thread *queued*: an answer was recorded and nobody runs it yet. ``claim_queued``
+    hands one queued thread - or one whose claimed run died - to one caller, as a run
+    claimed for it, skipping threads with a live run: exactly one worker runs each.
+    Stores written before these may lack them; the runtime passes ``notices`` and
+    ``queue`` only to stores that take them, and the defaults here refuse to read.
 
 Each method has an async twin with an ``a`` prefix. The defaults here run the sync
 method in a worker thread; stores with a native async driver override them.
@@ -46,7 +56,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "QUEUED_RUN",
     "BaseCheckpointSaver",
+    "ClaimFilter",
+    "FeedEntry",
+    "Notice",
     "PendingFilter",
     "PendingItem",
     "PendingOrder",
@@ -117,6 +131,58 @@ class ThreadRead:
 
 
 @dataclass(frozen=True, slots=True)
+class Notice:
+    """A row for the store's feed, written with an append: what readers are told.
+
+    ``kind`` is ``"review.requested"``, ``"review.decided"`` or ``"run.finished"``;
+    ``data`` is its JSON (handrail's serialisation), kept by the store as it is.
+    """
+
+    kind: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEntry:
+    """A notice as the feed gives it back: where it is in the feed, and for which event.
+
+    ``cursor`` is opaque (a store's own position); ``read_feed(after=cursor)`` continues
+    after it. ``seq`` is the thread's head after the append that wrote the notice.
+    """
+
+    cursor: str
+    thread_id: str
+    seq: int
+    kind: str
+    created_at: float
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFilter:
+    """Which queued threads a worker takes: those whose metadata ``key`` is one of
+    ``values`` and, with ``or_missing``, those without ``key`` at all.
+
+    The review service gives each thread it runs its assistant's name under
+    ``"assistant_id"``; its first agent also takes the threads a Python program made.
+    """
+
+    key: str
+    values: tuple[str, ...]
+    or_missing: bool = False
+
+    def matches(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether a thread with ``metadata`` passes the filter."""
+        if self.key not in metadata:
+            return self.or_missing
+        return metadata[self.key] in self.values
+
+
+QUEUED_RUN = "queued"
+"""The run id of a thread's queued row: no run of its own is ever named so (theirs start ``run-``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PendingFilter:
     """Which pending reviews to list. Every field left as None matches everything.
 
@@ -174,6 +240,8 @@ class BaseCheckpointSaver(ABC):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
 
@@ -182,8 +250,10 @@ class BaseCheckpointSaver(ABC):
         waiting for the disk (the commit survives the process, not a power cut, until
         the next durable append); a store without such a mode ignores it. ``reading``:
         the thread's state at the new head, kept in place of its previous saved reading
-        (``reading.seq`` must be the new head: ``ValueError`` otherwise). An append
-        returns once the store has committed it or raised: never sooner.
+        (``reading.seq`` must be the new head: ``ValueError`` otherwise). ``notices``:
+        rows for the feed (:meth:`read_feed`); ``queue``: leave the thread queued for
+        :meth:`claim_queued` (any claim of a run on the thread takes it off the queue).
+        An append returns once the store has committed it or raised: never sooner.
         """
 
     @abstractmethod
@@ -235,6 +305,47 @@ class BaseCheckpointSaver(ABC):
     def runs_alive(self, thread_id: str) -> set[str]:
         """The ids of the runs of ``thread_id`` that are still alive."""
 
+    # The feed and the queue (the review service's; optional for other stores) --
+    def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        """The feed's notices after ``after`` (a cursor; None: from the start), oldest first.
+
+        Only notices of committed appends, in the order of their commits: a notice is
+        never returned before one committed earlier, so a reader that goes on from the
+        last cursor it saw misses none.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no feed of notices")
+
+    def feed_end(self) -> str | None:
+        """The cursor of the feed's last notice (None when it is empty): where "from now on" starts."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no feed of notices")
+
+    def trim_feed(self, before: float) -> int:
+        """Drop the feed's notices written before ``before`` (epoch seconds); how many."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no feed of notices")
+
+    def claim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        """Claim ``run_id`` on one thread that is queued or whose claimed run died; its id.
+
+        Only threads with no live run, passing ``filter`` (and, if given, ``thread_id``
+        alone); the thread's queued and dead rows are dropped and ``run_id`` claimed in
+        one transaction, so two callers never get the same thread. None: nothing to do.
+        The caller runs the thread under ``run_id`` and releases it (``release_run``, or
+        the last append's ``release``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no queue of runs")
+
+    def wait_queued(self, timeout: float) -> None:
+        """Return when a thread may have been queued, or after ``timeout`` seconds.
+
+        A hint for workers, never a promise: they look (``claim_queued``) after every
+        return. This default only sleeps; stores that can tell wake sooner.
+        """
+        import time
+
+        time.sleep(timeout)
+
     # Async twins (defaults run the sync method in a worker thread) ----------
     async def aappend(
         self,
@@ -247,11 +358,13 @@ class BaseCheckpointSaver(ABC):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         """Async :meth:`append`."""
         import asyncio
 
-        extra = later_keywords(durable=durable, reading=reading)
+        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue)
         await asyncio.to_thread(
             lambda: self.append(
                 thread_id,
@@ -327,9 +440,46 @@ class BaseCheckpointSaver(ABC):
 
         return await asyncio.to_thread(self.runs_alive, thread_id)
 
+    async def aread_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        """Async :meth:`read_feed`."""
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.read_feed(after, limit=limit))
+
+    async def afeed_end(self) -> str | None:
+        """Async :meth:`feed_end`."""
+        import asyncio
+
+        return await asyncio.to_thread(self.feed_end)
+
+    async def atrim_feed(self, before: float) -> int:
+        """Async :meth:`trim_feed`."""
+        import asyncio
+
+        return await asyncio.to_thread(self.trim_feed, before)
+
+    async def await_queued(self, timeout: float) -> None:
+        """Async :meth:`wait_queued` (this default sleeps without a thread)."""
+        import asyncio
+
+        await asyncio.sleep(timeout)
+
+    async def aclaim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        """Async :meth:`claim_queued`."""
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.claim_queued(run_id, filter=filter, thread_id=thread_id))
+
 
 def later_keywords(
-    *, durable: bool = True, reading: StoredEvent | None = None, from_reading: bool = False
+    *,
+    durable: bool = True,
+    reading: StoredEvent | None = None,
+    from_reading: bool = False,
+    notices: Sequence[Notice] = (),
+    queue: bool = False,
 ) -> dict[str, Any]:
     """The keywords added to the protocol after the first stores, only where they differ
     from their defaults: an async twin that hands its call to a subclass's sync method,
@@ -341,6 +491,10 @@ def later_keywords(
         extra["reading"] = reading
     if from_reading:
         extra["from_reading"] = True
+    if notices:
+        extra["notices"] = notices
+    if queue:
+        extra["queue"] = True
     return extra
 
 

@@ -7,8 +7,13 @@ import time
 from collections.abc import Sequence
 
 from handrail.checkpoint._records import check_reading
+from handrail.checkpoint._signal import QueueSignal
 from handrail.checkpoint.base import (
+    QUEUED_RUN,
     BaseCheckpointSaver,
+    ClaimFilter,
+    FeedEntry,
+    Notice,
     PendingFilter,
     PendingItem,
     StoredEvent,
@@ -41,6 +46,10 @@ class InMemorySaver(BaseCheckpointSaver):
         self._records: dict[str, ThreadRecord] = {}
         self._runs: dict[str, set[str]] = {}
         self._readings: dict[str, StoredEvent] = {}
+        self._queued: dict[str, float] = {}  # thread -> when it was queued (no dead runs in memory)
+        self._feed: list[FeedEntry] = []  # cursors are numbers from 1, in order
+        self._feed_next = 1
+        self._signal = QueueSignal()
 
     def append(
         self,
@@ -53,6 +62,8 @@ class InMemorySaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         with self._lock:
             current = self._records.get(thread_id)
@@ -82,8 +93,19 @@ class InMemorySaver(BaseCheckpointSaver):
                 self._readings[thread_id] = reading
             if claim is not None:
                 self._runs.setdefault(thread_id, set()).add(claim)
+                self._queued.pop(thread_id, None)
             if release is not None:
                 self._release(thread_id, release)
+            if queue:
+                self._queued.setdefault(thread_id, time.time())
+            for notice in notices:
+                at = time.time()
+                self._feed.append(
+                    FeedEntry(str(self._feed_next), thread_id, record.head_seq, notice.kind, at, notice.data)
+                )
+                self._feed_next += 1
+        if queue:
+            self._signal.notify()
 
     def read(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
@@ -151,6 +173,7 @@ class InMemorySaver(BaseCheckpointSaver):
         with self._lock:
             self._events.pop(thread_id, None)
             self._runs.pop(thread_id, None)
+            self._queued.pop(thread_id, None)
             self._readings.pop(thread_id, None)
             return self._records.pop(thread_id, None) is not None
 
@@ -170,6 +193,7 @@ class InMemorySaver(BaseCheckpointSaver):
     def claim_run(self, thread_id: str, run_id: str) -> None:
         with self._lock:
             self._runs.setdefault(thread_id, set()).add(run_id)
+            self._queued.pop(thread_id, None)
 
     def release_run(self, thread_id: str, run_id: str) -> None:
         with self._lock:
@@ -186,6 +210,50 @@ class InMemorySaver(BaseCheckpointSaver):
         with self._lock:
             return set(self._runs.get(thread_id, ()))
 
+    def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        start = _feed_position(after)
+        with self._lock:
+            feed = self._feed
+            # cursors are increasing numbers: find the first one past ``start``
+            low, high = 0, len(feed)
+            while low < high:
+                middle = (low + high) // 2
+                if int(feed[middle].cursor) <= start:
+                    low = middle + 1
+                else:
+                    high = middle
+            return feed[low : low + max(limit, 0)]
+
+    def feed_end(self) -> str | None:
+        with self._lock:
+            return self._feed[-1].cursor if self._feed else None
+
+    def trim_feed(self, before: float) -> int:
+        with self._lock:
+            kept = [entry for entry in self._feed if entry.created_at >= before]
+            dropped = len(self._feed) - len(kept)
+            self._feed = kept
+            return dropped
+
+    def claim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        if run_id == QUEUED_RUN:
+            raise ValueError(f"{QUEUED_RUN!r} names a thread's queued row, not a run")
+        with self._lock:
+            for queued in sorted(self._queued, key=self._queued.__getitem__):
+                if thread_id is not None and queued != thread_id:
+                    continue
+                record = self._records.get(queued)
+                if record is None or self._runs.get(queued):
+                    continue
+                if filter is not None and not filter.matches(record.metadata):
+                    continue
+                del self._queued[queued]
+                self._runs.setdefault(queued, set()).add(run_id)
+                return queued
+        return None
+
     # Nothing here blocks, so the async twins call the sync methods directly.
     async def aappend(
         self,
@@ -198,8 +266,10 @@ class InMemorySaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
-        extra = later_keywords(durable=durable, reading=reading)
+        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue)
         self.append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
         )
@@ -235,6 +305,35 @@ class InMemorySaver(BaseCheckpointSaver):
 
     async def aruns_alive(self, thread_id: str) -> set[str]:
         return self.runs_alive(thread_id)
+
+    async def aread_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        return self.read_feed(after, limit=limit)
+
+    async def afeed_end(self) -> str | None:
+        return self.feed_end()
+
+    async def atrim_feed(self, before: float) -> int:
+        return self.trim_feed(before)
+
+    def wait_queued(self, timeout: float) -> None:
+        self._signal.wait(timeout)
+
+    async def await_queued(self, timeout: float) -> None:
+        await self._signal.await_(timeout)
+
+    async def aclaim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        return self.claim_queued(run_id, filter=filter, thread_id=thread_id)
+
+
+def _feed_position(after: str | None) -> int:
+    """The number a memory feed cursor stands for; ValueError for one it never gave."""
+    if after is None:
+        return 0
+    if not isinstance(after, str) or not after.isdigit() or len(after) > 19:
+        raise ValueError(f"not a cursor of this feed: {after!r:.60}")
+    return int(after)
 
 
 def _pending_key(item: PendingItem) -> tuple[float, str, str]:

@@ -20,6 +20,7 @@ import orjson
 
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    Notice,
     PendingReview,
     StoredEvent,
     ThreadRecord,
@@ -171,6 +172,8 @@ class Persist(Effect):
     flush: bool = False
     release: bool = False  # the run's last write: end its claim in the same commit
     durable: bool = False  # wait for the disk even if nothing below asks for it
+    queue: bool = False  # answers recorded for a worker to run (``Agent.decide``): queue the thread
+    failed: bool = False  # the run's last write, made as it stops on an error
 
     def _take(self, env: Env) -> tuple[list[Event], list[StoredEvent], int] | None:
         """Prepare, and when flushing hand back what to append (emptying the buffer)."""
@@ -254,6 +257,12 @@ class Persist(Effect):
             "release": release,
             **_relaxed(env.store, durable, method),
         }
+        if takes(type(env.store), method, "notices"):
+            notices = self._notices(env, events, kwargs["record"])
+            if notices:
+                kwargs["notices"] = notices
+            if self.queue:
+                kwargs["queue"] = True
         if self.release and env.fold is not None and _reading_due(env.fold, env.store, method):
             try:
                 kwargs["reading"] = saved_reading(env.fold)
@@ -261,6 +270,29 @@ class Persist(Effect):
                 env.broken = True  # the buffer is already taken: stop here
                 raise
         return events, stored, kwargs
+
+    def _notices(self, env: Env, events: list[Event], record: ThreadRecord) -> list[Notice]:
+        """The feed's rows for this append: reviews asked and answered, and a run's end."""
+        notices: list[Notice] = []
+        fold = env.fold
+        assert fold is not None
+        for event in events:
+            if event.kind == "interrupt":
+                asked = fold.pending.get(event.data["id"])
+                if asked is not None:
+                    notices.append(_notice("review.requested", env, _asked(asked)))
+            elif event.kind == "resume":
+                for interrupt_id in event.data["answers"]:
+                    answered = {
+                        "interrupt_id": interrupt_id,
+                        "reviewer": event.data.get("reviewer"),
+                        "channel": event.data.get("channel"),
+                    }
+                    notices.append(_notice("review.decided", env, answered))
+        if self.release:
+            ended = {"run_id": env.run_id, "status": "error" if self.failed else "success"}
+            notices.append(_notice("run.finished", env, {**ended, "thread_status": record.status}))
+        return notices
 
     def _failed(self, env: Env, events: list[Event], exc: BaseException) -> BaseException:
         """The run cannot go on after a failed append; a conflict is told in the run's terms."""
@@ -314,14 +346,27 @@ class Persist(Effect):
         self._appended(env, kwargs)
 
 
-def flush(*, last: bool = False) -> Persist:
+def flush(*, last: bool = False, failed: bool = False) -> Persist:
     """The effect that writes whatever the run has buffered (``last``: the run ends here).
 
-    Every append is confirmed by the store before the run goes on: an append sent without
-    waiting, confirmed by whichever caller read the thread next, let a parked run's next
-    append overtake it (issue 12), and is gone.
+    ``failed``: the run stops on an error. Every append is confirmed by the store before
+    the run goes on: an append sent without waiting, confirmed by whichever caller read
+    the thread next, let a parked run's next append overtake it (issue 12), and is gone.
     """
-    return Persist([], flush=True, release=last)
+    return Persist([], flush=True, release=last, failed=failed)
+
+
+def _notice(kind: str, env: Env, data: dict[str, Any]) -> Notice:
+    return Notice(kind, dumps(data, where=f"a notice of thread {env.thread_id!r}"))
+
+
+def _asked(record: InterruptRecord) -> dict[str, Any]:
+    return {
+        "interrupt_id": record.id,
+        "kind": record.kind,
+        "tools": list(tools_named_by(record.value)),
+        "value": record.value,
+    }
 
 
 _NO_ARGS: dict[str, Any] = {}

@@ -120,7 +120,7 @@ def run(env: Env, request: RunRequest) -> Gen:
     finally:
         if env.buffer and not env.broken:
             try:
-                yield flush(last=True)  # keep what the run did, even when it stops on an error
+                yield flush(last=True, failed=True)  # keep what the run did, even when it stops on an error
             except Exception:
                 pass  # the original error is the one to report
 
@@ -131,8 +131,8 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         buffer(env, events)
         if env.wants("values") and any(e.kind == "input" for e in events):
             env.send("values", fold.public_values())
-    if request.record_only:
-        yield flush(last=True)
+    if request.record_only:  # answers recorded: a worker runs them (the thread is queued if due)
+        yield Persist([], flush=True, durable=True, queue=_due(fold))
         return RunResult(fold.public_values(), interrupts_of(fold.pending))
     runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
@@ -144,10 +144,8 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
     )
     limit = recursion_limit(request.config)
     taken = 0
-    while fold.next:
+    while _due(fold):  # until it waits for answers (rule 3: answered calls of a tools step still run)
         step = fold.next[0]
-        if fold.pending and not (step == TOOLS and _runnable_tool_calls(fold)):
-            break  # waiting for answers (rule 3: answered calls of a tools step still run)
         taken += 1
         if taken > limit:  # run() saves what the run did before the error leaves it
             raise GraphRecursionError(
@@ -175,6 +173,13 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         env.send("updates", {"__interrupt__": result.interrupts})
         env.send("values", (result.values, result.interrupts))
     return result
+
+
+def _due(fold: ThreadFold) -> bool:
+    """Whether the thread has a step to run now (not only answers to wait for)."""
+    if not fold.next:
+        return False
+    return not fold.pending or (fold.next[0] == TOOLS and _runnable_tool_calls(fold))
 
 
 def _runnable_tool_calls(fold: ThreadFold) -> bool:
@@ -440,15 +445,19 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
         )
     started: dict[str, Any] = {"task": call_id, "name": tool.name, "run_id": env.run_id}
     assert env.fold is not None
+    proposed = next((c for c in env.fold.pending_calls()[1] if c.get("id") == call_id), None)
     if call["args"] != env.fold.proposed_args(call_id):
         started["args"] = call["args"]  # an edited call: what actually runs
+    edited = "args" in started or proposed is None or proposed.get("name") != tool.name
     if tool.idempotent:
         started["idempotent"] = True
     # The step's plan already holds this call (rule 9), so its start needs no commit of its
     # own; but the results of calls that ran are saved before another call can act. (A
     # result no tool produced - a rejection, a reviewer's answer - is made again from the
-    # saved decision if the process dies: it need not be saved first.)
-    if any(_ran(env, event) for event in env.buffer):
+    # saved decision if the process dies: it need not be saved first.) An edited call's
+    # start is saved before it acts too: the plan names the call as the model proposed it,
+    # and if the process dies, the outcome_unknown review must show what ran instead.
+    if edited or any(_ran(env, event) for event in env.buffer):
         yield Persist([Event("tool_started", started)], flush=True)
     else:
         buffer(env, [Event("tool_started", started)])

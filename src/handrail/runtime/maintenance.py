@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable
 from dataclasses import replace
 from typing import Any
 
-from handrail.checkpoint.base import ThreadRead
+from handrail.checkpoint.base import ThreadFilter, ThreadRead
 from handrail.checkpoint.integrity import GENESIS, is_sealed
 from handrail.errors import InvalidInputError, SerializationError, short_repr, stored_time
 from handrail.messages import AIMessage, BaseMessage, ToolMessage
@@ -24,7 +24,7 @@ from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode
 from handrail.runtime.reading import anchors_of, checked_log, fold_events, start_of
 from handrail.types import AuditEntry, AuditVerification
 
-__all__ = ["audit_trail", "prune", "verification_of", "verify_audit"]
+__all__ = ["audit_across", "audit_trail", "prune", "verification_of", "verify_audit"]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -112,6 +112,39 @@ def audit_trail(env: Env) -> Gen:
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise _damaged(env.thread_id, event, exc) from None
     return entries
+
+
+def audit_across(
+    env: Env, threads: ThreadFilter, since: float | None, until: float | None, limit: int
+) -> Gen:
+    """The audit trails of the threads ``threads`` names, merged oldest first.
+
+    Each thread updated since ``since`` is read whole (its log is its trail); the
+    entries between ``since`` and ``until`` are kept, at most ``limit`` of them, the
+    oldest. Pages of threads come newest update first: a thread updated while the pages
+    are read moves to a page already read, and is read again rather than missed.
+    """
+    seen: set[str] = set()
+    entries: list[AuditEntry] = []
+    page = replace(threads, updated_after=since, updated_before=None, limit=200, offset=0)
+    while True:
+        records = yield StoreCall("list_threads", (page,), {})
+        for record in records:
+            if record.thread_id in seen:
+                continue
+            seen.add(record.thread_id)
+            trail = yield from audit_trail(Env(env.spec, env.store, record.thread_id))
+            entries += [
+                entry
+                for entry in trail
+                if (since is None or entry.at.timestamp() >= since)
+                and (until is None or entry.at.timestamp() <= until)
+            ]
+        if len(records) < page.limit:
+            break
+        page = replace(page, offset=page.offset + page.limit)
+    entries.sort(key=lambda entry: (entry.at, entry.thread_id, entry.seq))
+    return entries[:limit]
 
 
 def _damaged(thread_id: str, event: Event | None, exc: Exception) -> SerializationError:

@@ -8,8 +8,11 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,21 +22,42 @@ from fastapi import FastAPI
 from handrail.agent import Agent
 from handrail.server import events, reviews, runs, threads
 from handrail.server.db import ServerDB
+from handrail.server.events import LiveFeed
 from handrail.server.problems import BodyLimit, install
 from handrail.server.runs import RunRegistry
 from handrail.server.service import Service
+from handrail.worker import Worker
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("handrail.server")
 
-def create_app(agents: Mapping[str, Agent], *, db: ServerDB, max_body: int = 1024 * 1024) -> FastAPI:
-    """The service's ASGI app for ``agents`` (assistant id -> agent, each with its store)."""
+
+def create_app(
+    agents: Mapping[str, Agent],
+    *,
+    db: ServerDB,
+    max_body: int = 1024 * 1024,
+    worker_concurrency: int = 8,
+    worker_poll: float = 1.0,
+    feed_retention: float = 7 * 24 * 3600.0,
+) -> FastAPI:
+    """The service's ASGI app for ``agents`` (assistant id -> agent, each with its store).
+
+    The app runs a :class:`~handrail.worker.Worker` for its agents while it is up: the
+    answers recorded through it (and any other queued threads of its agents) run here,
+    ``worker_concurrency`` at a time (0: none here; leave them to ``handrail worker``
+    processes), looking for work every ``worker_poll`` seconds when nothing wakes it.
+    Once an hour it drops the store's feed notices older than ``feed_retention``
+    seconds (the live inbox's ``Last-Event-ID`` reaches back that far).
+    """
     for name, agent in agents.items():
         if agent.checkpointer is None:
             raise ValueError(f"agent {name!r} has no checkpointer: the service keeps threads in a store")
     service = Service(dict(agents), db)
-    registry = RunRegistry(service.events)
+    registry = RunRegistry()
     service.runs = registry
+    service.worker = Worker(agents, concurrency=max(1, worker_concurrency), poll=worker_poll)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -42,10 +66,22 @@ def create_app(agents: Mapping[str, Agent], *, db: ServerDB, max_body: int = 102
             result = store.setup() if hasattr(store, "setup") else None  # idempotent
             if inspect.isawaitable(result):
                 await result
-        yield
-        for run in list(registry.active.values()):
-            if run.task is not None:
-                run.task.cancel()
+        service.live = LiveFeed(service)
+        await service.live.start()
+        background = [asyncio.create_task(_trim(list(stores.values()), feed_retention))]
+        if worker_concurrency:
+            background.append(asyncio.create_task(service.worker.run()))
+        try:
+            yield
+        finally:
+            await service.worker.stop()
+            await service.live.stop()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            for run in list(registry.active.values()):
+                if run.task is not None:
+                    run.task.cancel()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -77,3 +113,16 @@ def create_app(agents: Mapping[str, Agent], *, db: ServerDB, max_body: int = 102
 
     app.add_middleware(BodyLimit, limit=max_body)
     return app
+
+
+async def _trim(stores: list[Any], retention: float) -> None:
+    """Drop old feed notices once an hour (the first time at start)."""
+    while True:
+        for store in stores:
+            try:
+                await store.atrim_feed(time.time() - retention)
+            except NotImplementedError:
+                pass
+            except Exception:
+                log.warning("could not trim the feed of %r", store, exc_info=True)
+        await asyncio.sleep(3600)

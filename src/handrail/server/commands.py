@@ -1,4 +1,4 @@
-"""The service's commands: ``handrail serve`` and ``handrail tokens create|list|revoke``.
+"""The service's commands: ``handrail serve``, ``handrail worker`` and ``handrail tokens ...``.
 
 ``cli.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
 """
@@ -16,7 +16,7 @@ from rich.table import Table
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
-COMMANDS = ("serve", "tokens")
+COMMANDS = ("serve", "worker", "tokens")
 DEFAULT_DB = Path("handrail.db")
 
 
@@ -46,6 +46,36 @@ def add_commands(commands: Any) -> None:
     _store_flags(serve)
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="the port (default: 8000; 0: any free port)")
+    serve.add_argument(
+        "--concurrency",
+        type=_count,
+        default=8,
+        metavar="N",
+        help="answered threads this service runs at once (default: 8; 0: leave them to 'handrail worker')",
+    )
+    worker = commands.add_parser(
+        "worker",
+        help="run the answered reviews of agents, beside or instead of the service",
+        description="Run the threads that reviewers answered (through the service, the CLI or "
+        "agent.decide) for the agents named, on the store named: each thread by exactly one worker, "
+        "and the runs of workers that died taken over (their unfinished tool calls become "
+        "outcome_unknown reviews).",
+    )
+    worker.add_argument("target", metavar="MODULE:AGENT", nargs="?", help="the agent to host, e.g. app:agent")
+    worker.add_argument(
+        "--agent", action="append", default=[], metavar="NAME=MODULE:AGENT", help="host another agent as NAME"
+    )
+    _store_flags(worker)
+    worker.add_argument(
+        "--concurrency", type=_count, default=8, metavar="N", help="runs at once (default: 8)"
+    )
+    worker.add_argument(
+        "--poll",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often to look for work nothing woke it for (default: 1)",
+    )
     tokens = commands.add_parser("tokens", help="create, list and revoke the service's credentials")
     actions = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", title="actions")
     create = actions.add_parser("create", help="create a token; it is printed once")
@@ -72,6 +102,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     try:
         if args.command == "serve":
             return _serve(args, console)
+        if args.command == "worker":
+            return _work(args, console)
         return _tokens(args, console)
     except LoadError as exc:
         raise CommandError(str(exc)) from None
@@ -133,23 +165,11 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     except ImportError:
         raise CommandError("handrail serve needs the server extra: pip install 'handrail[server]'") from None
     from handrail.server.app import create_app
-    from handrail.server.loading import load_agent, on_store, parse_agent_flag
 
-    named = [parse_agent_flag(flag) for flag in args.agent]
-    if args.target is not None:
-        first = load_agent(args.target)
-        named.insert(0, (first.name or "agent", args.target))
-    if not named:
-        raise CommandError(
-            "name an agent to serve: handrail serve module:agent [--agent NAME=module:agent ...]"
-        )
-    names = [name for name, _ in named]
-    if len(set(names)) != len(names):
-        raise CommandError(f"two agents are served as the same name: {names}")
-    store, where = _open_store(args)
-    agents = {name: on_store(load_agent(target), store) for name, target in named}
+    agents, where = _agents(args, "serve")
+    names = list(agents)
     db = _server_db(args)
-    app = create_app(agents, db=db)
+    app = create_app(agents, db=db, worker_concurrency=args.concurrency)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     flags = f" --postgres {args.postgres}" if args.postgres else f" --db {args.db}" if args.db else ""
@@ -176,6 +196,68 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         sock.close()
         db.close()
     return 0
+
+
+def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], str]:
+    """The agents the flags name, on the store they name (and where that is)."""
+    from handrail.server.loading import load_agent, on_store, parse_agent_flag
+
+    named = [parse_agent_flag(flag) for flag in args.agent]
+    if args.target is not None:
+        first = load_agent(args.target)
+        named.insert(0, (first.name or "agent", args.target))
+    if not named:
+        raise CommandError(f"name an agent: handrail {verb} module:agent [--agent NAME=module:agent ...]")
+    names = [name for name, _ in named]
+    if len(set(names)) != len(names):
+        raise CommandError(f"two agents have the same name: {names}")
+    store, where = _open_store(args)
+    return {name: on_store(load_agent(target), store) for name, target in named}, where
+
+
+def _work(args: argparse.Namespace, console: Console) -> int:
+    import asyncio
+    import os
+    import signal
+
+    from handrail.worker import Worker
+
+    if not args.poll > 0:
+        raise CommandError(f"--poll takes a number of seconds above 0, got {args.poll}")
+    if args.concurrency < 1:
+        raise CommandError("--concurrency takes a whole number of at least 1 for a worker")
+    agents, where = _agents(args, "worker")
+    store = next(iter(agents.values())).checkpointer
+    worker = Worker(agents, concurrency=args.concurrency, poll=args.poll)
+
+    async def main() -> None:
+        await store.setup()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.stop()))
+        console.print(
+            f"handrail worker for {', '.join(agents)} on {where} (pid {os.getpid()}): running answered "
+            f"threads, {args.concurrency} at a time. Ctrl-C stops it (the runs going are let finish).",
+            soft_wrap=True,
+        )
+        try:
+            await worker.run()
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+    console.print(f"handrail worker stopped after {worker.ran} run(s).")
+    return 0
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}")
+    return value
 
 
 def _open_store(args: argparse.Namespace) -> tuple[Any, str]:

@@ -29,13 +29,6 @@ _SCHEMA = [
         created_at DOUBLE PRECISION NOT NULL,
         revoked_at DOUBLE PRECISION
     )""",
-    """CREATE TABLE IF NOT EXISTS handrail_server_events (
-        id {serial} PRIMARY KEY,
-        key TEXT UNIQUE,
-        kind TEXT NOT NULL,
-        data TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL
-    )""",
     """CREATE TABLE IF NOT EXISTS handrail_server_threads (
         thread_id TEXT PRIMARY KEY,
         assistant_id TEXT NOT NULL,

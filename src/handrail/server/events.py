@@ -1,24 +1,31 @@
 """The live inbox: ``GET /handrail/events``, server-sent events of reviews and runs.
 
-Events are rows of ``handrail_server_events`` (SQLite or PostgreSQL, beside the store),
-so every service process on one database sees the events of all of them, and a client
-that reconnects with ``Last-Event-ID`` gets what it missed. The kinds:
+The events are the store's feed (``BaseCheckpointSaver.read_feed``): notices written by
+whichever process and channel made them - this service, another one on the same
+database, a worker, a Python program's ``agent.decide``, the review CLI - in the same
+transaction as the events they tell of, so none is lost and none is told before it is
+saved. Each event's id is its feed cursor: a client that reconnects with
+``Last-Event-ID`` (or ``?after=CURSOR``) gets what it missed, in order. The kinds:
 
 ``review.requested``  a run paused for review: ``{"thread_id", "interrupt_id", "kind",
-                      "tools", "value"}`` (once per interrupt, whichever process saw it)
+                      "tools", "value"}`` - only to callers who may decide it
+                      (``authority.refusal``, SPEC rule 12)
 ``review.decided``    an answer was recorded: ``{"thread_id", "interrupt_id",
                       "reviewer", "channel"}``
-``run.finished``      a run ended: ``{"thread_id", "run_id", "status"}``
+``run.finished``      a run ended: ``{"thread_id", "run_id", "status"}`` (``success`` or
+                      ``error``) and ``thread_status`` (``interrupted``, ``idle``, ``running``)
 
-Each caller sees only the reviews they may decide (``authority.refusal``, SPEC rule 12).
-A stream polls the table a few times a second; an idle stream sends a comment line
-every 15 seconds to keep proxies from closing it.
+One reader per process reads the feed five times a second (and at once when this
+process records an answer) for all its streams (:class:`LiveFeed`); an idle stream
+sends a comment line every 15 seconds to keep proxies from closing it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,53 +33,128 @@ import orjson
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import StreamingResponse
 
+from handrail.checkpoint.base import BaseCheckpointSaver, FeedEntry
+from handrail.checkpoint.serde import loads
+from handrail.errors import SerializationError
 from handrail.runtime.authority import refusal
 from handrail.server.auth import caller
-from handrail.server.db import ServerDB
-from handrail.server.problems import documented
+from handrail.server.problems import Problem, documented
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
+from handrail.server.wire import to_wire
+from handrail.worker import ASSISTANT_KEY
 
-__all__ = ["EventLog", "router"]
+__all__ = ["LiveFeed", "decode_notice", "router"]
 
+log = logging.getLogger("handrail.server")
 router = APIRouter(prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413))
 POLL_SECONDS = 0.2
 HEARTBEAT_SECONDS = 15.0
 
 
-class EventLog:
-    """Append and read the service's events."""
+class LiveFeed:
+    """The store's feed as this process's live streams see it: one reader for all of them.
 
-    def __init__(self, db: ServerDB) -> None:
-        self._db = db
+    A background task reads the feed (five times a second, or at once when this process
+    records something: :meth:`poke`) and keeps the last :data:`KEPT` notices; a stream
+    takes what follows its position from them, or from the store while it catches up
+    on older ones (a reconnect with an old ``Last-Event-ID``).
+    """
 
-    def publish(self, kind: str, data: dict[str, Any], *, key: str | None = None) -> None:
-        """Add an event; with ``key``, only the first event of that key is kept."""
-        self._db.execute(
-            "INSERT INTO handrail_server_events (key, kind, data, created_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (key) DO NOTHING",
-            (key, kind, orjson.dumps(data, default=str).decode(), time.time()),
-        )
+    KEPT = 2000
 
-    def since(self, last_id: int, limit: int = 500) -> list[tuple[int, str, dict[str, Any]]]:
-        """Events after ``last_id``, oldest first."""
-        rows = self._db.query(
-            "SELECT id, kind, data FROM handrail_server_events WHERE id > ? ORDER BY id LIMIT ?",
-            (last_id, limit),
-        )
-        return [(int(row[0]), str(row[1]), orjson.loads(str(row[2]))) for row in rows]
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        first = service.agents[service.default_assistant]
+        assert first.checkpointer is not None
+        self.store: BaseCheckpointSaver = first.checkpointer
+        self._assistants: OrderedDict[str, str] = OrderedDict()  # thread -> assistant, recent ones
+        self._kept: deque[FeedEntry] = deque(maxlen=self.KEPT)
+        self._places: dict[str, int] = {}  # cursor -> its number in the kept window (counted from 0)
+        self._count = 0  # notices read so far (the number of the next one)
+        self.cursor: str | None = None  # the last notice read
+        self._poked = asyncio.Event()
+        self._news = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
 
-    def last_id(self) -> int:
-        """The id of the newest event (0 when there is none)."""
-        rows = self._db.query("SELECT MAX(id) FROM handrail_server_events")
-        return int(rows[0][0] or 0)
+    async def start(self) -> None:
+        """Begin reading the feed from its end (called when the app starts)."""
+        self.cursor = await self.store.afeed_end()
+        self._reader = asyncio.create_task(self._read())
 
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
 
-def _visible(service: Service, kind: str, data: dict[str, Any], credential: Credential) -> bool:
-    if kind != "review.requested":
-        return True
-    agent = service.agents.get(str(data.get("assistant_id")), service.agents[service.default_assistant])
-    return refusal(agent._spec, data.get("value"), credential.reviewer) is None
+    def poke(self) -> None:
+        """Something was just recorded here: read the feed now."""
+        self._poked.set()
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                batch = await self.store.aread_feed(self.cursor)
+            except Exception:
+                log.warning("could not read the feed for the live inbox", exc_info=True)
+                batch = []
+            if batch:
+                for entry in batch:
+                    if len(self._kept) == self.KEPT:
+                        self._places.pop(self._kept[0].cursor, None)
+                    self._kept.append(entry)
+                    self._places[entry.cursor] = self._count
+                    self._count += 1
+                self.cursor = batch[-1].cursor
+                news, self._news = self._news, asyncio.Event()
+                news.set()
+                if len(batch) >= 500:  # more waiting: read on at once
+                    continue
+            try:
+                await asyncio.wait_for(self._poked.wait(), POLL_SECONDS)
+            except TimeoutError:
+                pass
+            self._poked.clear()
+
+    async def after(self, position: str | None) -> list[FeedEntry]:
+        """The notices after ``position`` (None: from the feed's start), a batch at a time."""
+        if position is not None and position == self.cursor:
+            return []
+        place = None if position is None else self._places.get(position)
+        if place is not None:
+            first = self._count - len(self._kept)
+            return list(self._kept)[place - first + 1 :]
+        return await self.store.aread_feed(position)  # older than what is kept: from the store
+
+    async def news(self, timeout: float) -> None:
+        """Wait until the reader has read something new (or ``timeout`` seconds)."""
+        try:
+            await asyncio.wait_for(self._news.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def assistant_of(self, thread_id: str) -> str:
+        known = self._assistants.get(thread_id)
+        if known is None:
+            record = await self.store.aget_thread(thread_id)
+            name = None if record is None else record.metadata.get(ASSISTANT_KEY)
+            known = name if isinstance(name, str) else self.service.default_assistant
+            self._assistants[thread_id] = known
+            if len(self._assistants) > 10_000:
+                self._assistants.popitem(last=False)
+        return known
+
+    async def event(self, entry: FeedEntry, credential: Credential) -> bytes | None:
+        """The SSE bytes of one feed entry for this caller, or None if it is not theirs to see."""
+        data = decode_notice(entry)
+        if data is None:
+            return None  # a damaged notice tells nothing; the thread's own log is the truth
+        if entry.kind == "review.requested":
+            agent = self.service.agents.get(await self.assistant_of(entry.thread_id))
+            if agent is None or refusal(agent._spec, data.get("value"), credential.reviewer) is not None:
+                return None
+        body = orjson.dumps({"thread_id": entry.thread_id, **to_wire(data)}, default=str)
+        return b"id: %s\nevent: %s\ndata: %s\n\n" % (entry.cursor.encode(), entry.kind.encode(), body)
 
 
 class _EventStream(StreamingResponse):
@@ -94,34 +176,49 @@ class _EventStream(StreamingResponse):
 async def events(
     request: Request,
     last_event_id: str | None = Header(None),
-    after: int | None = Query(None, ge=0, description="start after this event id (as Last-Event-ID does)"),
+    after: str | None = Query(
+        None, max_length=64, description="start after this event id (as Last-Event-ID does)"
+    ),
     credential: Credential = Depends(caller),
 ) -> StreamingResponse:
     """The live inbox: review.requested, review.decided and run.finished, as they happen."""
     service = request.app.state.service
     assert isinstance(service, Service)
-    log: EventLog = service.events
-    start = after if after is not None else None
-    if start is None and last_event_id is not None and last_event_id.isdigit():
-        start = int(last_event_id)
-    position = start if start is not None else await asyncio.to_thread(log.last_id)
+    feed = service.live
+    assert isinstance(feed, LiveFeed)
+    start = after if after is not None else last_event_id
+    if start is not None:
+        try:
+            await feed.store.aread_feed(start, limit=0)
+        except ValueError:
+            raise Problem(400, f"{start!r:.80} is not an event id of this service's live inbox") from None
+    position = start if start is not None else feed.cursor
 
     async def stream() -> AsyncIterator[bytes]:
         nonlocal position
         quiet_since = time.monotonic()
         yield b": handrail live inbox\n\n"
         while not await request.is_disconnected():
-            batch = await asyncio.to_thread(log.since, position)
-            for event_id, kind, data in batch:
-                position = event_id
-                if _visible(service, kind, data, credential):
-                    body = orjson.dumps(data)
-                    yield b"id: %d\nevent: %s\ndata: %s\n\n" % (event_id, kind.encode(), body)
+            batch = await feed.after(position)
+            for entry in batch:
+                position = entry.cursor
+                event = await feed.event(entry, credential)
+                if event is not None:
+                    yield event
                     quiet_since = time.monotonic()
             if not batch:
                 if time.monotonic() - quiet_since > HEARTBEAT_SECONDS:
                     yield b": keep-alive\n\n"
                     quiet_since = time.monotonic()
-                await asyncio.sleep(POLL_SECONDS)
+                await feed.news(1.0)
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+def decode_notice(entry: FeedEntry) -> dict[str, Any] | None:
+    """A feed entry's data, or None if it cannot be read."""
+    try:
+        data = loads(entry.data, thread_id=entry.thread_id, record=f"notice {entry.cursor}")
+    except SerializationError:
+        return None
+    return data if isinstance(data, dict) else None

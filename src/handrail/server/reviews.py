@@ -6,12 +6,14 @@ messages of its thread. ``POST /handrail/threads/{thread_id}/interrupts/{interru
 records an answer with the caller's identity (rule 11) through ``Agent.adecide`` - the
 same checks as the library, the same messages - and the service's worker then continues
 the thread; ``?wait=true`` returns once the run paused again or ended.
-``GET /handrail/threads/{thread_id}/audit`` is the thread's audit trail, as JSON or CSV.
+``GET /handrail/threads/{thread_id}/audit`` is the thread's audit trail, and
+``GET /handrail/audit`` the trail across threads, as JSON or CSV.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -21,13 +23,15 @@ from starlette.responses import Response
 
 from handrail.errors import InvalidDecisionError
 from handrail.server.auth import caller
+from handrail.server.events import decode_notice
 from handrail.server.problems import Problem, documented
-from handrail.server.runs import Run, RunRegistry
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import audit_csv, audit_entry, inbox_entry, to_wire
 
 __all__ = ["inbox_page", "record_answer", "router"]
+
+WAIT_SECONDS = 120.0  # how long ``?wait=true`` follows a run another worker took
 
 router = APIRouter(prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413))
 _AUDIT_BODIES: dict[int | str, dict[str, Any]] = {
@@ -123,17 +127,10 @@ async def answer(
     unexpected = sorted(set(payload) - {"answer", "reviewer"})
     if unexpected:
         raise Problem(400, f'unexpected field(s) {unexpected}; the body is {{"answer": ...}}')
-    body, run = await record_answer(
-        _service(request), thread_id, interrupt_id, payload["answer"], credential, channel="http"
+    body = await record_answer(
+        _service(request), thread_id, interrupt_id, payload["answer"], credential, channel="http", wait=wait
     )
-    if not wait:
-        return _json(body, 202)
-    await run.done.wait()
-    body["run_status"] = run.status
-    if run.error is not None:
-        body["run_error"] = f"{type(run.error).__name__}: {run.error}"
-    body["values"] = run.result
-    return _json(body)
+    return _json(body, 200 if wait else 202)
 
 
 @router.get("/threads/{thread_id}/audit", responses={**_AUDIT_BODIES, **documented(404, 422)})
@@ -196,15 +193,28 @@ async def inbox_page(
 
 
 async def record_answer(
-    service: Service, thread_id: str, interrupt_id: str, answer: Any, credential: Credential, *, channel: str
-) -> tuple[dict[str, Any], Run]:
-    """Record ``credential``'s answer to one interrupt and start the run that continues the thread.
+    service: Service,
+    thread_id: str,
+    interrupt_id: str,
+    answer: Any,
+    credential: Credential,
+    *,
+    channel: str,
+    wait: bool = False,
+) -> dict[str, Any]:
+    """Record ``credential``'s answer to one interrupt; a worker then continues the thread.
 
     The checks are the library's (rule 5, rule 12; ``Agent.adecide``): a refused answer
     raises and saves nothing. An interrupt that is not pending on the thread is a 404.
-    Returns what was recorded (the answer endpoint's body) and the run.
+    The answer queues the thread in the same transaction (``handrail.worker``), and this
+    process's worker is woken. Returns what was recorded (the answer endpoint's body);
+    with ``wait``, once the run that continued the thread paused again or ended, with
+    ``run_status`` (``success`` or ``error``), ``run_error`` and the thread's ``values``.
     """
-    assistant, agent, _ = await service.owner(thread_id)
+    _, agent, _ = await service.owner(thread_id)
+    store = agent.checkpointer
+    assert store is not None
+    before = await store.afeed_end() if wait else None
     try:
         decision = await agent.adecide(
             thread_id, interrupt_id, answer, reviewer=credential.reviewer, channel=channel
@@ -218,25 +228,85 @@ async def record_answer(
                 f"{[i.id for i in state.interrupts] or 'none'}",
             ) from None
         raise
-    decided = {
-        "thread_id": thread_id,
-        "interrupt_id": interrupt_id,
-        "reviewer": decision.reviewer,
-        "channel": channel,
-    }
-    await asyncio.to_thread(service.events.publish, "review.decided", decided, key=f"decided:{interrupt_id}")
-    registry = service.runs
-    assert isinstance(registry, RunRegistry)
-    config = {"configurable": {"thread_id": thread_id, "reviewer": credential.reviewer, "channel": channel}}
-    run = registry.start(
-        agent, assistant, thread_id, None, config, ["values"], {}, after=registry.active.get(thread_id)
-    )
     body: dict[str, Any] = {
         "thread_id": thread_id,
         "interrupt_id": interrupt_id,
         "answer": to_wire(decision.answer),
         "reviewer": decision.reviewer,
         "channel": decision.channel,
-        "run_id": run.run_id,
     }
-    return body, run
+    if service.live is not None:
+        service.live.poke()
+    if not wait:
+        service.worker.wake()
+        return body
+    body.update(await _continued(service, agent, thread_id, before))
+    return body
+
+
+async def _continued(service: Service, agent: Any, thread_id: str, before: str | None) -> dict[str, Any]:
+    """Run the queued thread here, or wait for the worker that took it; how it went."""
+    outcome: dict[str, Any] = {"run_status": "success"}
+    try:
+        ran = await service.worker.run_thread(thread_id)
+    except Exception as exc:  # the run's own error: its thread keeps what it saved
+        ran, outcome = None, {"run_status": "error", "run_error": f"{type(exc).__name__}: {exc}"}
+    if ran is None and "run_error" not in outcome:
+        outcome.update(await _finished_elsewhere(agent.checkpointer, thread_id, before))
+    state = await agent.aget_state({"configurable": {"thread_id": thread_id}})
+    values = to_wire(state.values)
+    if state.interrupts:
+        values["__interrupt__"] = to_wire(list(state.interrupts))
+    outcome["values"] = values
+    return outcome
+
+
+async def _finished_elsewhere(store: Any, thread_id: str, after: str | None) -> dict[str, Any]:
+    """Follow the feed until a run of ``thread_id`` ends (another worker took it)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    position = after
+    while time.monotonic() < deadline:
+        for entry in await store.aread_feed(position):
+            position = entry.cursor
+            if entry.thread_id == thread_id and entry.kind == "run.finished":
+                data = decode_notice(entry) or {}
+                status = data.get("status", "success")
+                return (
+                    {"run_status": status}
+                    if status == "success"
+                    else {
+                        "run_status": status,
+                        "run_error": "the run stopped with an error (see the thread's state)",
+                    }
+                )
+        await asyncio.sleep(0.05)
+    return {
+        "run_status": "pending",
+        "run_error": f"no run ended within {WAIT_SECONDS:.0f} s; it may still go on",
+    }
+
+
+@router.get("/audit", responses={**_AUDIT_BODIES, **documented(404, 422)})
+async def audit_across(
+    request: Request,
+    since: float | None = Query(None, ge=0, description="entries at or after this time (epoch seconds)"),
+    until: float | None = Query(None, ge=0, description="entries at or before this time (epoch seconds)"),
+    agent: str | None = Query(None, description="only threads of this assistant"),
+    metadata: str | None = Query(None, description="a JSON object the thread's metadata must contain"),
+    limit: int = Query(1000, ge=1, le=100_000, description="at most this many entries, the oldest"),
+    format: str = Query("json", pattern="^(json|csv)$"),
+    credential: Credential = Depends(caller),
+) -> Response:
+    """The audit trail across threads, oldest first (JSON or CSV): each thread updated since
+    ``since`` is read from its log."""
+    service = _service(request)
+    wanted = _metadata_filter(metadata)
+    if agent is not None:
+        service.agent(agent)
+        wanted = {**(wanted or {}), "assistant_id": agent}
+    library = service.agents[agent or service.default_assistant]
+    trail = await library.aaudit(since=since, until=until, metadata=wanted, limit=limit)
+    entries = [audit_entry(e) for e in trail]
+    if format == "json":
+        return _json(entries)
+    return Response(audit_csv(entries), media_type="text/csv")

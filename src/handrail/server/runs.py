@@ -1,8 +1,8 @@
 """Runs: the LangGraph Platform API's ``/threads/{id}/runs`` family, run in this process.
 
-A run is one ``agent.astream(...)`` on a thread, started by a client (``runs.create``,
-``runs.wait``, ``runs.stream``) or by an answer recorded through the inbox (the
-service's worker continues the thread). The run keeps the server-sent events it
+A run is one ``agent.astream(...)`` (or ``ainvoke``) on a thread, started by a client
+(``runs.create``, ``runs.wait``, ``runs.stream``). Answers recorded through handrail's
+own paths are run by workers instead (``handrail.worker``). The run keeps the server-sent events it
 produced, so ``join`` and a joined ``stream`` see all of them. One run at a time per
 thread in this process (LangGraph's ``multitask_strategy="reject"``); the store's
 rule 8 keeps two processes apart.
@@ -28,9 +28,7 @@ from starlette.responses import Response, StreamingResponse
 
 from handrail.agent import Agent
 from handrail.errors import HandrailError
-from handrail.runtime.authority import tools_asked
 from handrail.server.auth import caller
-from handrail.server.events import EventLog
 from handrail.server.problems import Problem
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
@@ -123,11 +121,9 @@ class Run:
 class RunRegistry:
     """The runs of this process, and the one active run of each thread."""
 
-    def __init__(self, events: EventLog | None = None) -> None:
+    def __init__(self) -> None:
         self.runs: dict[str, Run] = {}
         self.active: dict[str, Run] = {}
-        self.events = events
-        self._publishing: set[asyncio.Task[None]] = set()
 
     def get(self, thread_id: str, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -144,12 +140,10 @@ class RunRegistry:
         config: dict[str, Any],
         modes: list[str],
         metadata: dict[str, Any],
-        *,
-        after: Run | None = None,
     ) -> Run:
-        """Start a run as a task of the event loop; ``after``: wait for that run first."""
+        """Start a run as a task of the event loop."""
         busy = self.active.get(thread_id)
-        if busy is not None and busy is not after:
+        if busy is not None:
             raise Problem(
                 409,
                 f"thread {thread_id!r} is busy with run {busy.run_id}; wait for it (runs.join) or cancel it",
@@ -157,30 +151,16 @@ class RunRegistry:
         run = Run(str(uuid.uuid4()), thread_id, assistant_id, metadata)
         self.runs[run.run_id] = run
         self.active[thread_id] = run
-        run.task = asyncio.get_running_loop().create_task(
-            self._execute(run, agent, run_input, config, modes, after)
-        )
+        run.task = asyncio.get_running_loop().create_task(self._execute(run, agent, run_input, config, modes))
         return run
 
     async def _execute(
-        self,
-        run: Run,
-        agent: Agent,
-        run_input: Any,
-        config: dict[str, Any],
-        modes: list[str],
-        after: Run | None,
+        self, run: Run, agent: Agent, run_input: Any, config: dict[str, Any], modes: list[str]
     ) -> None:
         run_config: Any = config
-        announcements: list[tuple[str, dict[str, Any], str | None]] = []
         try:
-            if after is not None:
-                await after.done.wait()
             run.status = "running"
             run.publish("metadata", {"run_id": run.run_id, "attempt": 1})
-            before: set[str] = set()
-            if isinstance(run_input, Command) and run_input.resume is not None and self.events is not None:
-                before = {i.id for i in (await agent.aget_state(run_config)).interrupts}
             if modes:
                 wanted = {STREAM_MODES[m]: m for m in modes}
                 agent_modes: list[Any] = sorted(wanted)
@@ -192,7 +172,7 @@ class RunRegistry:
                 snapshot = await agent.aget_state(run_config)
                 pending = snapshot.interrupts
                 values = to_wire(snapshot.values)
-            else:  # runs.wait, runs.create, an answer's continuation: nobody streams it
+            else:  # runs.wait, runs.create: nobody streams it
                 output = await agent.ainvoke(run_input, run_config, version="v2")
                 pending = output.interrupts
                 values = to_wire(output.value)
@@ -200,7 +180,6 @@ class RunRegistry:
                 values["__interrupt__"] = to_wire(list(pending))
             run.result = values
             run.status = "success"
-            announcements = self._announcements(run, run_config, before, pending)
         except asyncio.CancelledError:
             run.status = "interrupted"
             run.publish("error", {"error": "CancelledError", "message": "the run was cancelled"})
@@ -214,57 +193,6 @@ class RunRegistry:
                 del self.active[run.thread_id]
             run.done.set()
             run._wake.set()
-            if self.events is not None:
-                finished = {"thread_id": run.thread_id, "run_id": run.run_id, "status": run.status}
-                announcements.append(("run.finished", finished, None))
-                # After the run's callers are answered: the live inbox costs them nothing.
-                self._publishing.add(asyncio.get_running_loop().create_task(self._publish(announcements)))
-
-    async def _publish(self, announcements: list[tuple[str, dict[str, Any], str | None]]) -> None:
-        events = self.events
-        assert events is not None
-        try:
-            for kind, data, key in announcements:
-                await asyncio.to_thread(events.publish, kind, data, key=key)
-        except Exception:  # the live inbox must never break a run
-            log.exception("could not record the live inbox's events %s", [a[0] for a in announcements])
-        finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self._publishing.discard(task)
-
-    def _announcements(
-        self, run: Run, config: Any, before: set[str], pending: Any
-    ) -> list[tuple[str, dict[str, Any], str | None]]:
-        """The live inbox's events for what this run changed (``events.py``)."""
-        out: list[tuple[str, dict[str, Any], str | None]] = []
-        now = {i.id for i in pending}
-        configurable = config.get("configurable", {})
-        for interrupt_id in sorted(before - now):
-            decided = {
-                "thread_id": run.thread_id,
-                "interrupt_id": interrupt_id,
-                "reviewer": configurable.get("reviewer"),
-                "channel": configurable.get("channel"),
-            }
-            out.append(("review.decided", decided, f"decided:{interrupt_id}"))
-        for interrupt in pending:
-            value = interrupt.value
-            kind = (
-                "outcome_unknown"
-                if isinstance(value, Mapping) and value.get("type") == "outcome_unknown"
-                else "interrupt"
-            )
-            requested = {
-                "thread_id": run.thread_id,
-                "interrupt_id": interrupt.id,
-                "kind": kind,
-                "tools": tools_asked(value),
-                "value": to_wire(value),
-                "assistant_id": run.assistant_id,
-            }
-            out.append(("review.requested", requested, f"requested:{interrupt.id}"))
-        return out
 
 
 def _iso(seconds: float) -> str:

@@ -40,16 +40,14 @@ class Service:
     agents: dict[str, Agent]
     db: ServerDB
     tokens: TokenStore = field(init=False)
-    events: Any = None  # events.EventLog
     runs: Any = None  # runs.RunRegistry, set by create_app
+    live: Any = None  # events.LiveFeed, set by create_app
+    worker: Any = None  # handrail.worker.Worker, set by create_app
 
     def __post_init__(self) -> None:
         if not self.agents:
             raise ValueError("the service needs at least one agent to serve")
-        from handrail.server.events import EventLog
-
         self.tokens = TokenStore(self.db)
-        self.events = EventLog(self.db)
 
     def agent(self, assistant_id: str) -> Agent:
         """The agent served as ``assistant_id``; 404 when there is none."""

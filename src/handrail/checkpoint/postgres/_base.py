@@ -83,8 +83,15 @@ class Tables:
         self.threads, self.events, self.pending = f"{p}threads", f"{p}events", f"{p}pending"
         self.pending_tools, self.runs, self.versions = f"{p}pending_tools", f"{p}runs", f"{p}schema_version"
         self.pending_metadata, self.readings = f"{p}pending_metadata", f"{p}readings"
+        self.feed = f"{p}feed"
         self.lock_key = zlib.crc32((schema or "").encode()) - 2**31
-        alive = _probe if probe_locks else _alive
+        # the feed's sealer lock (``feed.py``): one 64-bit key per schema, apart from liveness keys
+        self._feed_key = 2**62 + 1 + zlib.crc32(b"handrail feed " + (schema or "").encode())
+        check = _probe if probe_locks else _alive
+
+        def alive(key: str) -> str:  # a run row without an owner (a queued thread's) is not alive
+            return f"({key} IS NOT NULL AND {check(key)})"
+
         self.record_columns = (
             "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, "
             "t.metadata::text, CASE WHEN t.pending_count > 0 THEN (SELECT json_agg(json_build_array("
@@ -93,7 +100,7 @@ class Tables:
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
         self._alive = alive
-        self._append_sql: dict[tuple[bool, int, int, int, bool, bool, int, bool], str] = {}
+        self._append_sql: dict[tuple[Any, ...], str] = {}
         # true, or (calling handrail_fail) an error: a claim must not outlive its lock
         self._lock_held = (
             f"(SELECT CASE WHEN {alive('%(owner)s::bigint')} THEN true "

@@ -14,6 +14,9 @@ from psycopg_pool import AsyncConnectionPool
 from handrail.checkpoint._records import Migration, check_append, check_reading
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    ClaimFilter,
+    FeedEntry,
+    Notice,
     PendingFilter,
     PendingItem,
     StoredEvent,
@@ -22,6 +25,7 @@ from handrail.checkpoint.base import (
     ThreadRecord,
 )
 from handrail.checkpoint.postgres._base import Op
+from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.drivers import (
     CONNECT_TIMEOUT,
     PREPARE_THRESHOLD,
@@ -31,10 +35,11 @@ from handrail.checkpoint.postgres.drivers import (
     connect_like_async,
     run_async,
 )
+from handrail.checkpoint.postgres.feed import QUEUE_CHANNEL
 from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
-from handrail.checkpoint.postgres.write import Cleared, append_flow
-from handrail.errors import ConfigurationError
+from handrail.checkpoint.postgres.write import append_flow
+from handrail.errors import ConfigurationError, StoreUnavailableError
 
 __all__ = ["AsyncPostgresSaver"]
 
@@ -90,6 +95,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         # lock itself. Raced by test_a_claim_takes_a_lost_liveness_lock_again.
         self._claimed: set[tuple[str, str]] = set()
         self._cleared = Cleared()
+        self._listener: psycopg.AsyncConnection[Any] | None = None  # LISTENs for queued threads
 
     @classmethod
     def from_conn_string(
@@ -187,6 +193,9 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         elif key is not None and self._conn is not None:
             async with self._lock("conn"):
                 await self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
         if self._owns_pool and self._pool is not None:
             await self._pool.close()
 
@@ -202,6 +211,8 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
         check_reading(reading, record)
@@ -221,6 +232,8 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                     release=release,
                     durable=durable,
                     reading=reading,
+                    notices=notices,
+                    queue=queue,
                 )
             )
         except BaseException:
@@ -265,6 +278,45 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
 
     async def aruns_alive(self, thread_id: str) -> set[str]:
         return await self._run(self._queries.runs_alive(thread_id))
+
+    async def aread_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        return await self._run(self._queries.read_feed(after, limit))
+
+    async def afeed_end(self) -> str | None:
+        return await self._run(self._queries.feed_end())
+
+    async def atrim_feed(self, before: float) -> int:
+        return await self._run(self._queries.trim_feed(before))
+
+    async def await_queued(self, timeout: float) -> None:
+        """Wait for a ``NOTIFY`` of a queued thread, at most ``timeout`` seconds (see
+        :meth:`PostgresSaver.wait_queued`)."""
+        async with self._lock("listen"):
+            conn = self._listener
+            if conn is None and self._pool is not None:
+                try:
+                    conn = await connect_like_async(self._pool)
+                    await conn.execute(f"LISTEN {QUEUE_CHANNEL}")
+                except (psycopg.Error, StoreUnavailableError):
+                    conn = None
+                self._listener = conn
+            if conn is not None:
+                try:
+                    async for _ in conn.notifies(timeout=timeout, stop_after=1):
+                        pass
+                    return
+                except psycopg.Error:
+                    self._listener = None
+                    await conn.close()
+        await asyncio.sleep(timeout)
+
+    async def aclaim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        claimed = await self._perform(self._queries.claim_queued_flow(run_id, filter, thread_id))
+        if claimed is not None:
+            self._claimed.add((claimed, run_id))
+        return claimed
 
     # This saver's liveness lock (see PostgresSaver) -------------------------------------------
     async def _perform(self, flow: Flow[T]) -> T:
@@ -350,6 +402,8 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         self._call(
             lambda: self.aappend(
@@ -361,6 +415,8 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                 release=release,
                 durable=durable,
                 reading=reading,
+                notices=notices,
+                queue=queue,
             )
         )
 
@@ -398,3 +454,20 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
 
     def runs_alive(self, thread_id: str) -> set[str]:
         return self._call(lambda: self.aruns_alive(thread_id))
+
+    def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        return self._call(lambda: self.aread_feed(after, limit=limit))
+
+    def feed_end(self) -> str | None:
+        return self._call(self.afeed_end)
+
+    def trim_feed(self, before: float) -> int:
+        return self._call(lambda: self.atrim_feed(before))
+
+    def wait_queued(self, timeout: float) -> None:
+        self._call(lambda: self.await_queued(timeout))
+
+    def claim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        return self._call(lambda: self.aclaim_queued(run_id, filter=filter, thread_id=thread_id))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from handrail.checkpoint.postgres.feed import FeedSQL
 from handrail.checkpoint.postgres.liveness import LivenessSQL
 from handrail.checkpoint.postgres.read import ReadSQL
 from handrail.checkpoint.postgres.schema import SchemaSQL
@@ -10,5 +11,5 @@ from handrail.checkpoint.postgres.write import WriteSQL
 __all__ = ["Queries"]
 
 
-class Queries(SchemaSQL, WriteSQL, ReadSQL, LivenessSQL):
+class Queries(SchemaSQL, WriteSQL, ReadSQL, LivenessSQL, FeedSQL):
     """The SQL of every operation, for one schema (see each base class). No I/O."""

@@ -5,7 +5,8 @@ path): ``events`` (primary key ``(thread_id, seq)``), ``threads`` (one row per
 thread), ``pending`` (one row per pending review, indexed in the inbox's ``(created_at,
 thread_id, interrupt_id)`` keyset order), ``pending_tools`` and ``pending_metadata``
 (the inbox's tool and metadata filters, keyed by filter value and *page key*),
-``readings`` (each thread's saved reading), ``runs`` (claimed runs) and
+``readings`` (each thread's saved reading), ``runs`` (claimed runs, and queued
+threads), ``feed`` (the notices the review service reads: ``feed.py``) and
 ``schema_version``; the functions ``handrail_conflict``, ``handrail_fail`` and
 ``handrail_page_key``. Key columns use the ``"C"`` collation so that the inbox orders
 exactly as the in-memory store does.
@@ -34,6 +35,7 @@ from handrail.checkpoint.postgres._base import (
     Tables,
     _bare,
 )
+from handrail.checkpoint.postgres.feed import feed_migration
 from handrail.errors import ConfigurationError
 
 __all__ = ["Op", "PostgresMigration", "Query", "Result", "SchemaSQL", "migrations"]
@@ -196,6 +198,11 @@ def migrations(p: str) -> tuple[Migration, ...]:
             "every event sealed with its hash in its thread's chain (storage format v3; SPEC rule 18)",
             (),
             step=_seal_every_log,
+        ),
+        Migration(
+            5,
+            "the feed of notices (reviews asked and answered, runs ended) and queued runs, for the service",
+            feed_migration(p),
         ),
     )
 

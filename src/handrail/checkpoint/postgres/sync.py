@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
@@ -14,6 +15,9 @@ from psycopg_pool import ConnectionPool
 from handrail.checkpoint._records import Migration, check_append, check_reading
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    ClaimFilter,
+    FeedEntry,
+    Notice,
     PendingFilter,
     PendingItem,
     StoredEvent,
@@ -22,6 +26,7 @@ from handrail.checkpoint.base import (
     ThreadRecord,
 )
 from handrail.checkpoint.postgres._base import Op
+from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.drivers import (
     CONNECT_TIMEOUT,
     PREPARE_THRESHOLD,
@@ -31,10 +36,11 @@ from handrail.checkpoint.postgres.drivers import (
     connect_like,
     run_sync,
 )
+from handrail.checkpoint.postgres.feed import QUEUE_CHANNEL
 from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
-from handrail.checkpoint.postgres.write import Cleared, append_flow
-from handrail.errors import ConfigurationError
+from handrail.checkpoint.postgres.write import append_flow
+from handrail.errors import ConfigurationError, StoreUnavailableError
 
 __all__ = ["PostgresSaver"]
 
@@ -94,6 +100,9 @@ class PostgresSaver(BaseCheckpointSaver):
         # lock itself. Raced by test_a_claim_takes_a_lost_liveness_lock_again.
         self._claimed: set[tuple[str, str]] = set()
         self._cleared = Cleared()
+        # the connection that LISTENs for queued threads (wait_queued), made on first use
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listen_lock = threading.Lock()
 
     @classmethod
     def from_conn_string(
@@ -213,6 +222,10 @@ class PostgresSaver(BaseCheckpointSaver):
         elif key is not None and self._conn is not None:
             with self._conn_lock:
                 self._conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        with self._listen_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if self._owns_pool and self._pool is not None:
             self._pool.close()
 
@@ -228,6 +241,8 @@ class PostgresSaver(BaseCheckpointSaver):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         """Append events (see the store protocol); returns once the server has committed them."""
         check_append(thread_id, events, expected_seq, record)
@@ -246,6 +261,8 @@ class PostgresSaver(BaseCheckpointSaver):
                     release=release,
                     durable=durable,
                     reading=reading,
+                    notices=notices,
+                    queue=queue,
                 )
             )
         except BaseException:
@@ -291,6 +308,49 @@ class PostgresSaver(BaseCheckpointSaver):
 
     def runs_alive(self, thread_id: str) -> set[str]:
         return self._run(self._queries.runs_alive(thread_id))
+
+    def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
+        return self._run(self._queries.read_feed(after, limit))
+
+    def feed_end(self) -> str | None:
+        return self._run(self._queries.feed_end())
+
+    def trim_feed(self, before: float) -> int:
+        return self._run(self._queries.trim_feed(before))
+
+    def wait_queued(self, timeout: float) -> None:
+        """Wait for a ``NOTIFY`` of a queued thread (``feed.py``), at most ``timeout`` seconds.
+
+        On a connection of its own, made from the pool's settings; a saver on one
+        connection, or a server that cannot be reached, just waits the time out.
+        """
+        with self._listen_lock:
+            conn = self._listener
+            if conn is None and self._pool is not None:
+                try:
+                    conn = connect_like(self._pool)
+                    conn.execute(f"LISTEN {QUEUE_CHANNEL}")
+                except (psycopg.Error, StoreUnavailableError):
+                    conn = None
+                self._listener = conn
+            if conn is not None:
+                try:
+                    for _ in conn.notifies(timeout=timeout, stop_after=1):
+                        pass
+                    return
+                except psycopg.Error:  # the connection is gone: a new one next time
+                    self._listener = None
+                    conn.close()
+        time.sleep(timeout)
+
+    def claim_queued(
+        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
+    ) -> str | None:
+        claimed = self._perform(self._queries.claim_queued_flow(run_id, filter, thread_id))
+        if claimed is not None:
+            with self._owner_lock:
+                self._claimed.add((claimed, run_id))
+        return claimed
 
     # This saver's liveness lock ------------------------------------------------------------
     # A claim names the saver's key without asking the server first whether its lock is

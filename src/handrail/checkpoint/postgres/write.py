@@ -11,7 +11,8 @@ to move once the first commits, or collides on the ``(thread_id, seq)`` key: eit
 it gets :class:`~handrail.errors.ConflictError` (SPEC rule 8). Every append returns once
 the server has committed it (or refused it); none is left for a later call to confirm.
 
-The only state the saver keeps between appends is :class:`Cleared` (below).
+The only state the saver keeps between appends is
+:class:`~handrail.checkpoint.postgres.cleared.Cleared`.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ import psycopg
 import psycopg.errors
 
 from handrail.checkpoint._records import conflict, encode_metadata, encode_tools, epoch_conflict
-from handrail.checkpoint.base import StoredEvent, ThreadRecord
+from handrail.checkpoint.base import QUEUED_RUN, Notice, StoredEvent, ThreadRecord
 from handrail.checkpoint.postgres._base import CONFLICT_STATE, Op, Query, Tables
+from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
 from handrail.checkpoint.postgres.read import page_key
 from handrail.checkpoint.postgres.schema import INDEXED_SQL
 from handrail.errors import ConflictError, SerializationError
 
-__all__ = ["Cleared", "WriteSQL", "append_error", "append_flow"]
+__all__ = ["WriteSQL", "append_error", "append_flow"]
 
 # An append lists up to _LISTED_EVENTS events, and _LISTED_REVIEWS pending reviews, in
 # VALUES, one parameter per field: psycopg dumps a scalar in C but an array through its
@@ -50,6 +52,10 @@ _IN_ARRAYS = -1  # an append's shape: its events (or reviews) in arrays, however
 _EVENT_KEYS = tuple((f"e{n}s", f"e{n}k", f"e{n}t", f"e{n}p") for n in range(_LISTED_EVENTS))
 _REVIEW_FIELDS = 6  # interrupt id, kind, tools, created_at, payload, page key
 _REVIEW_KEYS = tuple(tuple(f"r{n}{field}" for field in "iklapg") for n in range(_LISTED_REVIEWS))
+# Notices (a handful an append at most) are listed too, their kinds written into the SQL.
+_LISTED_NOTICES = 4
+_NOTICE_KEYS = tuple(f"n{n}" for n in range(_LISTED_NOTICES))
+_NOTICE_KINDS = frozenset({"review.requested", "review.decided", "run.finished"})
 
 
 class WriteSQL(Tables):
@@ -67,6 +73,8 @@ class WriteSQL(Tables):
         durable: bool = True,
         reading: StoredEvent | None = None,
         clear: int = 2,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> Op[None]:
         """One statement: move the head (or conflict), then write everything else.
 
@@ -80,6 +88,7 @@ class WriteSQL(Tables):
         ``durable=False``: the statement sets ``synchronous_commit`` off for its own
         transaction, so its commit does not wait for the WAL flush (the server keeps it
         if our process dies; WAL order makes the next durable commit flush it too).
+        ``notices`` go to the feed and ``queue`` leaves the thread queued (``feed.py``).
         """
         params: dict[str, Any] = {
             "thread": thread_id,
@@ -100,6 +109,15 @@ class WriteSQL(Tables):
             params["release"] = release
         if reading is not None:
             params.update(reading_seq=reading.seq, reading_at=reading.created_at, reading=reading.payload)
+        if notices or queue:
+            params["noticed_at"] = time.time()
+        listed_notices: tuple[str, ...] | int = tuple(n.kind for n in notices)  # or in arrays, if many
+        if len(notices) > _LISTED_NOTICES:
+            listed_notices = _IN_ARRAYS
+            params.update(notice_kinds=[n.kind for n in notices], notice_data=[n.data for n in notices])
+        else:
+            for key, notice in zip(_NOTICE_KEYS, notices, strict=False):
+                params[key] = notice.data
         listed_events = len(events) if len(events) <= _LISTED_EVENTS else _IN_ARRAYS
         if listed_events != _IN_ARRAYS:
             for (seq, kind, at, payload), event in zip(_EVENT_KEYS, events, strict=False):
@@ -145,6 +163,8 @@ class WriteSQL(Tables):
             reading is not None,
             2 if expected_seq == 0 else clear,
             bool(record.metadata),
+            listed_notices,
+            queue,
         )
         sql = self._append_sql.get(shape)
         if sql is None:
@@ -158,6 +178,8 @@ class WriteSQL(Tables):
                 reading=reading is not None,
                 clear=2 if expected_seq == 0 else clear,
                 tag=bool(record.metadata),
+                notices=listed_notices,
+                queue=queue,
             )
         yield [Query(sql, params)]
 
@@ -173,6 +195,8 @@ class WriteSQL(Tables):
         reading: bool = False,
         clear: int = 2,
         tag: bool = True,
+        notices: tuple[str, ...] | int = (),
+        queue: bool = False,
     ) -> str:
         """The SQL of an append: data-modifying CTEs, each done only if the head moved.
 
@@ -318,6 +342,27 @@ class WriteSQL(Tables):
                 "ON CONFLICT (thread_id) DO UPDATE SET seq = excluded.seq, created_at = excluded.created_at, "
                 "payload = excluded.payload)"
             )
+        if notices:
+            if notices == _IN_ARRAYS:
+                told = "unnest(%(notice_kinds)s::text[], %(notice_data)b::bytea[])"
+            else:
+                assert isinstance(notices, tuple)
+                kinds = [_literal(kind) for kind in notices]
+                told = _values(
+                    [(kind, f"%({key})b") for kind, key in zip(kinds, _NOTICE_KEYS, strict=False)],
+                    ("text", "bytea"),
+                )
+            ctes.append(
+                f"noticed AS (INSERT INTO {self.feed} (thread_id, seq, kind, created_at, data) "
+                f"SELECT %(thread)s, %(head)s, n.kind, %(noticed_at)s, n.data FROM {told} AS n (kind, data) "
+                f"WHERE {go})"
+            )
+        if queue:
+            ctes.append(
+                f"queued AS (INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) "
+                f"SELECT %(thread)s, '{QUEUED_RUN}', NULL, %(noticed_at)s WHERE {go} "
+                "ON CONFLICT (thread_id, run_id) DO NOTHING)"
+            )
         conflict = f"{p}conflict(%(thread)s, %(expected)s, %(epoch)s)"
         if durable:
             return "WITH " + ", ".join(ctes) + f" SELECT {conflict} WHERE NOT {go}"
@@ -392,6 +437,13 @@ class WriteSQL(Tables):
         return conflict(thread_id, expected_seq, None)  # it moved and came back meanwhile
 
 
+def _literal(kind: str) -> str:
+    """A notice's kind as an SQL literal: only the known kinds (they hold no quote)."""
+    if kind not in _NOTICE_KINDS:
+        raise ValueError(f"unknown notice kind {kind!r}; known: {sorted(_NOTICE_KINDS)}")
+    return f"'{kind}'"
+
+
 def _values(rows: Sequence[Sequence[str]], types: Sequence[str]) -> str:
     """A VALUES list of SQL expressions (parameters), the first row's cast to ``types``.
 
@@ -415,6 +467,8 @@ def append_flow(
     release: str | None,
     durable: bool,
     reading: StoredEvent | None,
+    notices: Sequence[Notice] = (),
+    queue: bool = False,
 ) -> Flow[None]:
     """An append as both savers perform it: one statement, under the liveness lock if it
     claims a run; its error in the caller's terms; what the saver remembers of it."""
@@ -430,6 +484,8 @@ def append_flow(
             durable=durable,
             reading=reading,
             clear=cleared.rows_at(thread_id, expected_seq, record.epoch),
+            notices=notices,
+            queue=queue,
         )
 
     try:
@@ -460,41 +516,3 @@ def _unstorable(thread_id: str, exc: psycopg.DataError) -> SerializationError:
     return SerializationError(
         f"cannot store thread {thread_id!r} in PostgreSQL: {reason}", thread_id=thread_id
     )
-
-
-class Cleared:
-    """What this saver's own last append left in a thread's pending tables, at which head.
-
-    An append at that head and epoch finds exactly that (another writer would have
-    moved the head, and the append's head check would fail), so its statement leaves
-    out the deletes that would find nothing: fewer tables for the server to open.
-
-    What keeps it safe: it is only a hint about which deletes to leave out, never a
-    reason to skip the head check, which every append's statement makes on the server.
-    It is recorded only after the server committed the append, and forgotten when an
-    append fails or the thread is deleted. Raced by
-    ``test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending`` (another
-    saver moves the head) and ``test_postgres_races.py`` (two threads on one saver).
-    """
-
-    __slots__ = ("heads",)
-    LIMIT = 4096  # threads remembered; an older one just takes the full statement
-
-    def __init__(self) -> None:
-        self.heads: dict[str, tuple[int, str, int]] = {}
-
-    def rows_at(self, thread_id: str, expected_seq: int, epoch: str) -> int:
-        """``clear`` for :meth:`Queries.append`: 2 (anything) unless known better."""
-        known = self.heads.get(thread_id)
-        return known[2] if known is not None and known[:2] == (expected_seq, epoch) else 2
-
-    def appended(self, thread_id: str, record: ThreadRecord) -> None:
-        heads = self.heads
-        heads.pop(thread_id, None)  # re-insert: the dict's order is the order of use
-        rows = 0 if not record.pending else (2 if record.metadata else 1)
-        heads[thread_id] = (record.head_seq, record.epoch, rows)
-        if len(heads) > self.LIMIT:
-            heads.pop(next(iter(heads)), None)
-
-    def forget(self, thread_id: str) -> None:
-        self.heads.pop(thread_id, None)

@@ -18,8 +18,10 @@ the prefix (``_adopt_plain_names``). A damaged file raises
                    ``(created_at, thread_id, interrupt_id)`` for keyset paging and by
                    ``kind``; ``pending_tools`` indexes the tool names of each review.
 ``readings``       each thread's saved reading (its state at an event).
-``runs``,          which runs are alive (SPEC rule 9), see below.
-``run_owners``
+``runs``,          which runs are alive (SPEC rule 9), see below; a ``runs`` row with
+``run_owners``     the run id ``queued`` and no owner is a thread answered for a worker.
+``feed``           the notices the review service reads (reviews asked and answered,
+                   runs ended), written with the appends they tell of (``_feed``).
 
 The file is opened in WAL mode, so readers never wait for the writer. An append is
 one ``BEGIN IMMEDIATE`` transaction that reads the thread's head and epoch, refuses a
@@ -67,6 +69,7 @@ Where things are
                    deleting and pruning.
 ``_reads``         reads: a thread, the thread list, the inbox.
 ``_runs``          run liveness (SPEC rule 9): claims, leases, live runs.
+``_feed``          the feed of notices and the queue of answered threads.
 This module        :class:`SqliteSaver` and :class:`AsyncSqliteSaver`, thin facades.
 
 Example::

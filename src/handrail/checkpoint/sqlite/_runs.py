@@ -173,17 +173,22 @@ def _runs_of(conn: sqlite3.Connection, thread_id: str) -> list[tuple[Any, ...]]:
     anything else out of range is damage (SPEC rule 10), named by thread and run.
     """
     rows = fetch_all(conn, _RUNS_SQL, (thread_id,))
-    for run, pid, host, expires_at in rows:
-        if not isinstance(run, str) or not 0 < len(run) <= MAX_NAME:
-            raise damaged(thread_id, "a run", f"its id is {run!r:.100}")
-        if pid is None and host is None and expires_at is None:
-            continue
-        if (
-            type(pid) is not int
-            or not 0 < pid < 2**31
-            or not isinstance(host, str)
-            or type(expires_at) not in (int, float)
-            or not 0 <= expires_at < MAX_TIME
-        ):
-            raise damaged(thread_id, f"run {run!r}", "its owner's row (pid, host, lease) is out of range")
+    for row in rows:
+        check_run_row(thread_id, *row)
     return rows
+
+
+def check_run_row(thread_id: str, run: Any, pid: Any, host: Any, expires_at: Any) -> None:
+    """A run's row and its owner's, as read: anything out of range is damage (SPEC rule 10)."""
+    if not isinstance(run, str) or not 0 < len(run) <= MAX_NAME:
+        raise damaged(thread_id, "a run", f"its id is {run!r:.100}")
+    if pid is None and host is None and expires_at is None:
+        return
+    if (
+        type(pid) is not int
+        or not 0 < pid < 2**31
+        or not isinstance(host, str)
+        or type(expires_at) not in (int, float)
+        or not 0 <= expires_at < MAX_TIME
+    ):
+        raise damaged(thread_id, f"run {run!r}", "its owner's row (pid, host, lease) is out of range")

@@ -168,6 +168,23 @@ MIGRATIONS: tuple[Migration, ...] = (
         (),
         run=lambda conn: _seal_every_log(conn),
     ),
+    Migration(
+        5,
+        "the feed of notices (reviews asked and answered, runs ended) and queued runs, for the service",
+        (
+            # AUTOINCREMENT: a number is never used twice, even after the oldest rows are
+            # trimmed, so a reader's last number stays a place in the feed (``_feed``)
+            """CREATE TABLE handrail_feed (
+                id         INTEGER PRIMARY KEY AUTOINCREMENT,
+                thread_id  TEXT NOT NULL,
+                seq        INTEGER NOT NULL,
+                kind       TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                data       BLOB NOT NULL
+            )""",
+            "CREATE INDEX handrail_feed_by_time ON handrail_feed (created_at)",
+        ),
+    ),
 )
 
 

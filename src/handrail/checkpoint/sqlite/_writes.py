@@ -30,16 +30,16 @@ from handrail.checkpoint._records import (
     encode_tools,
     epoch_conflict,
 )
-from handrail.checkpoint.base import PendingReview, StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Notice, PendingReview, StoredEvent, ThreadRecord
 from handrail.checkpoint.sqlite._connections import fetch_all
-from handrail.checkpoint.sqlite._runs import _Runs
+from handrail.checkpoint.sqlite._feed import _Feed, write_feed
 from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
 
 if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
     import asyncio
 
 
-class _Writes(_Runs):
+class _Writes(_Feed):
     """``append``/``aappend`` and the group commit behind them; ``delete_thread``, ``prune``."""
 
     def __init__(self, *args: Any, **options: Any) -> None:
@@ -65,8 +65,11 @@ class _Writes(_Runs):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
+        write.notices, write.queue = notices, queue
         released = self._forget_release(write)
         try:
             self._commit_together(write)
@@ -86,6 +89,8 @@ class _Writes(_Runs):
         release: str | None = None,
         durable: bool = True,
         reading: StoredEvent | None = None,
+        notices: Sequence[Notice] = (),
+        queue: bool = False,
     ) -> None:
         """Queue the append for the group commit and wait for it without a thread of its own.
 
@@ -96,6 +101,7 @@ class _Writes(_Runs):
         import asyncio
 
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
+        write.notices, write.queue = notices, queue
         loop = asyncio.get_running_loop()
         write.loop, write.future = loop, loop.create_future()
         released = self._forget_release(write)
@@ -158,6 +164,8 @@ class _Writes(_Runs):
     def _claimed_after(self, write: _Write) -> None:
         if write.claim is not None and write.claim != write.release:
             self._claimed_now(write.thread_id, write.claim, write.renewed)
+        if write.queue:
+            self._signal.notify()
 
     def _commit_together(self, write: _Write) -> None:
         """Commit ``write``, in one transaction with the appends of other threads waiting.
@@ -295,6 +303,8 @@ class _Writes(_Runs):
             conn.execute(
                 "DELETE FROM handrail_runs WHERE thread_id = ? AND run_id = ?", (thread_id, write.release)
             )
+        if write.notices or write.queue:
+            write_feed(conn, thread_id, record.head_seq, write.notices, write.queue)
         if write.reading is not None:
             conn.execute(
                 "INSERT OR REPLACE INTO handrail_readings (thread_id, seq, created_at, payload) VALUES (?, "
@@ -408,6 +418,8 @@ class _Write:
     release: str | None
     durable: bool
     reading: StoredEvent | None = None
+    notices: Sequence[Notice] = ()
+    queue: bool = False
     turn: threading.Event | None = None  # made only for a caller that waits for a leader
     loop: asyncio.AbstractEventLoop | None = None  # an async caller waits on ``future`` instead
     future: asyncio.Future[None] | None = None
