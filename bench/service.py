@@ -219,6 +219,7 @@ class Profiler:
             "-r",
             "250",
             "--threads",
+            "--nonblocking",  # sampling without pausing it: 50 reviewers slow down far less
             "-f",
             "raw",
             "-o",
