@@ -1,32 +1,63 @@
-"""The review service's costs, side by side with the library's own cycle on the same store.
+"""The review service side by side: handrail serve (SQLite, Postgres), its library, LangGraph's server.
 
-With the same client code (the real ``langgraph-sdk``) and the same scripted agent
-(``_service_agent.py``: each turn one reviewed SQL call), against a real ``handrail
-serve`` process on SQLite and on PostgreSQL:
+The same client code (the real ``langgraph-sdk``, its ``http`` client for handrail's own
+paths) and the same scripted agent (every turn one reviewed ``execute_sql`` call:
+``_service_agent.py`` for handrail, ``langgraph_server/agent.py`` - LangChain's
+``create_agent`` with ``HumanInTheLoopMiddleware`` - for LangGraph) against three real
+servers on 127.0.0.1, all running at once, measured in rounds that alternate the order:
 
-* **API cycle** - ``runs.wait(command={"resume": {id: approve}})`` until the next
-  interrupt; **library cycle** - ``agent.invoke(Command(resume=...))`` in this process on
-  the same kind of store: the API's cost is the difference;
-* **answer round trip** - ``POST /handrail/threads/T/interrupts/I/answer`` (recorded with
-  the caller's identity; the run continues in the service afterwards);
-* **answers/s, 50 reviewers** - 50 client threads answering paused threads at once
-  (PostgreSQL);
-* **inbox page** - ``GET /handrail/inbox?limit=50`` over N paused threads (with and
-  without the last messages of each item).
+* ``handrail serve`` on SQLite and on PostgreSQL (this venv);
+* LangGraph's own API server, ``langgraph dev --no-reload`` from ``langgraph-cli[inmem]``
+  in ``bench/.venv-langgraph-server`` (``bash bench/setup_langgraph_server.sh``), as a new
+  user starts it (its in-memory runtime; no analytics, no version check, no tracing);
+* handrail's library cycle on each store, in this process.
 
-LangGraph's own server (``langgraph dev``) is not measured here yet.
+Measured (p50 / p99 of the samples of every round; rates: the median round):
+
+* **review cycle** - ``runs.wait(thread, "bench", command={"resume": {id: approve}})``
+  until the next interrupt, on threads of at most ``--per-thread`` cycles; the library's
+  ``agent.invoke(Command(resume=...))`` on the same store beside it, and the difference;
+* **answer round trip** - handrail: ``POST /handrail/threads/T/interrupts/I/answer``,
+  which returns once the answer is recorded in the store (202; the run goes on in the
+  service). LangGraph has no such call: its nearest is ``runs.create(thread, "bench",
+  command={"resume": ...})``, which returns once the run is accepted into its in-memory
+  queue. handrail's ``runs.create`` with the same resume is timed too (it returns once
+  the run is started, before the answer is checked or recorded). Each answer is made on
+  a quiet server: the run it started is joined, untimed, before the next;
+* **answers/s, 50 reviewers** - 50 client threads, one SDK client each, answering
+  paused threads at once (the same calls), and each request's latency meanwhile;
+* **inbox page over N paused threads** - handrail: ``GET /handrail/inbox?limit=50``
+  (without and with each item's last 3 messages); both: ``threads.search(status=
+  "interrupted", limit=50)``.
+
+Paused threads: handrail's are paused for real by the library on the served store (a
+first pause costs about a millisecond). LangGraph's dev server starts about one queued
+run a second, so its paused threads are copies of one really paused thread, written
+into its saved state while it is stopped (``langgraph_server/copy_paused.py``); it loads
+them when it starts again.
 
 Run::
 
-    .venv/bin/python bench/service.py                 # N = 10,000 paused threads
-    .venv/bin/python bench/service.py --inbox-threads 100000 --cycles 500
+    bash bench/setup_langgraph_server.sh                 # once: bench/.venv-langgraph-server
+    .venv/bin/python bench/service.py --quick            # a few minutes, 2,000 inbox threads
+    .venv/bin/python bench/service.py                    # the full run, 100,000 threads, ~20 minutes
+    .venv/bin/python bench/service.py --systems sqlite postgres --measures cycle answer
+    .venv/bin/python bench/service.py --profile /tmp/prof --systems sqlite --measures cycle
+
+``--profile DIR`` records each handrail server with py-spy during each measure
+(collapsed stacks, ``DIR/<store>-<measure>.txt``). Raw samples go to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import shutil
+import signal
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +65,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,41 +77,248 @@ sys.path.insert(0, str(HERE))
 
 import _service_agent  # noqa: E402
 import httpx  # noqa: E402
+from langgraph_sdk import get_sync_client  # noqa: E402
+from langgraph_sdk.errors import NotFoundError  # noqa: E402
 
 from handrail import Command  # noqa: E402
 
 DSN = os.environ.get("HANDRAIL_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+LANGGRAPH_VENV = Path(os.environ.get("LANGGRAPH_SERVER_VENV", HERE / ".venv-langgraph-server"))
+LANGGRAPH_GRAPH = HERE / "langgraph_server" / "agent.py"
+LANGGRAPH_COPY = HERE / "langgraph_server" / "copy_paused.py"
+# What keeps `langgraph dev` from reaching out: the CLI's analytics, the server's check for
+# a newer version on PyPI, LangSmith tracing. (With no license key it sends no metadata.)
+LANGGRAPH_ENV = {
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    "LANGGRAPH_NO_VERSION_CHECK": "1",
+    "LANGSMITH_TRACING": "false",
+    "LANGCHAIN_TRACING_V2": "false",
+}
 APPROVE = {"decisions": [{"type": "approve"}]}
+STORES = ("sqlite", "postgres")
+SYSTEMS = ("sqlite", "postgres", "langgraph")
+MEASURES = ("cycle", "answer", "crowd", "inbox")
+LABEL = {"sqlite": "handrail SQLite", "postgres": "handrail Postgres", "langgraph": "LangGraph server"}
+
+FULL = {
+    "rounds": 3,
+    "cycles": 100,
+    "langgraph_cycles": 15,
+    "per_thread": 10,
+    "answers": 100,
+    "langgraph_answers": 20,
+    "reviewers": 50,
+    "crowd_each": 10,
+    "drain_window": 20,
+    "inbox_threads": 100_000,
+    "inbox_pages": 30,
+}
+QUICK = {
+    **FULL,
+    "rounds": 1,
+    "cycles": 30,
+    "langgraph_cycles": 4,
+    "per_thread": 5,
+    "answers": 30,
+    "langgraph_answers": 5,
+    "crowd_each": 2,
+    "drain_window": 5,
+    "inbox_threads": 2_000,
+    "inbox_pages": 10,
+}
+
+Target = tuple[str, str]  # (thread id, interrupt id)
 
 
+# Statistics ---------------------------------------------------------------------------------
 def pct(samples: list[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` of ``samples`` (seconds), in ms."""
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-class Store:
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = action()
+    return time.perf_counter() - start, result
+
+
+class LoadWatch:
+    """The machine's 1-minute load average, every 5 s, while the benchmark runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(5)
+
+    def __enter__(self) -> LoadWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# Servers --------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, process: subprocess.Popen[Any], log: Path | None, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+            raise SystemExit(f"the server at {url} exited ({process.returncode}):\n{tail}")
+        try:
+            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"the server at {url} did not answer within {seconds:.0f} s")
+
+
+class Profiler:
+    """py-spy recording one process (``--profile``): every thread, collapsed stacks."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.py_spy = next(
+            (
+                str(p)
+                for p in (LANGGRAPH_VENV / "bin" / "py-spy", HERE / ".venv-reference" / "bin" / "py-spy")
+                if p.exists()
+            ),
+            shutil.which("py-spy"),
+        )
+        if folder is not None:
+            if self.py_spy is None:
+                raise SystemExit("--profile needs py-spy (bash bench/setup_langgraph_server.sh installs it)")
+            folder.mkdir(parents=True, exist_ok=True)
+
+    @contextmanager
+    def record(self, pid: int, name: str) -> Iterator[None]:
+        if self.folder is None or self.py_spy is None:
+            yield
+            return
+        out = self.folder / f"{name}.txt"
+        command = [
+            self.py_spy,
+            "record",
+            "--pid",
+            str(pid),
+            "-r",
+            "250",
+            "--threads",
+            "--nonblocking",  # sampling without pausing it: 50 reviewers slow down far less
+            "-f",
+            "raw",
+            "-o",
+            str(out),
+        ]
+        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached
+        try:
+            yield
+        finally:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
+
+
+class HandrailServer:
+    """``handrail serve _service_agent:agent`` on one store, and the library on the same store."""
+
     def __init__(self, kind: str, folder: Path) -> None:
         self.kind = kind
         self.path = folder / f"{kind}.db"
         self.schema = f"bench_service_{uuid.uuid4().hex[:8]}"
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.token = ""
+        self._saver: Any = None
+        self._agent: Any = None
 
     def flags(self) -> list[str]:
         if self.kind == "postgres":
             return ["--postgres", DSN, "--schema", self.schema]
         return ["--db", str(self.path)]
 
-    def saver(self) -> Any:
-        if self.kind == "postgres":
-            from handrail.checkpoint.postgres import PostgresSaver
+    def start(self) -> None:
+        command = [sys.executable, "-m", "handrail"]
+        self.process = subprocess.Popen(
+            [*command, "serve", "_service_agent:agent", *self.flags(), "--port", "0"],
+            cwd=HERE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self.process.stdout is not None
+        lines = []
+        for line in self.process.stdout:
+            lines.append(line)
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                self.url = found.group(1)
+                break
+        else:
+            raise SystemExit(f"handrail serve ({self.kind}) did not start:\n{''.join(lines)}")
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
+        wait_ready(self.url, self.process, None, 30)
+        # After the service made the store: on a new SQLite file, `tokens create` first makes
+        # the service's tables, and the store then refuses the file (see bench/README.md).
+        created = subprocess.run(
+            [*command, "tokens", "create", "--name", "bench", "--role", "dba", *self.flags()],
+            cwd=HERE,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        self.token = created.stdout.strip().splitlines()[-1]
 
-            saver = PostgresSaver.from_conn_string(DSN, schema=self.schema, pool_size=8)
-            saver.setup()
-            return saver
-        from handrail.checkpoint.sqlite import SqliteSaver
+    def client(self) -> Any:
+        return get_sync_client(url=self.url, api_key=self.token, timeout=300)
 
-        return SqliteSaver(self.path)
+    def agent(self) -> Any:
+        """The same agent on the same store, in this process (the library side)."""
+        if self._agent is None:
+            if self.kind == "postgres":
+                from handrail.checkpoint.postgres import PostgresSaver
 
-    def drop(self) -> None:
+                self._saver = PostgresSaver.from_conn_string(DSN, schema=self.schema, pool_size=8)
+                self._saver.setup()
+            else:
+                from handrail.checkpoint.sqlite import SqliteSaver
+
+                self._saver = SqliteSaver(self.path)
+            self._agent = _service_agent.build(self._saver)
+        return self._agent
+
+    def pause(self, count: int, prefix: str) -> list[Target]:
+        """``count`` threads paused at their first review, by the library on the served store."""
+        agent = self.agent()
+        out = []
+        for i in range(count):
+            thread = f"{prefix}-{uuid.uuid4().hex[:12]}-{i}"
+            result = agent.invoke({"messages": ["go"]}, {"configurable": {"thread_id": thread}})
+            out.append((thread, result["__interrupt__"][0].id))
+        return out
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(60)
+        if self._saver is not None and hasattr(self._saver, "close"):
+            self._saver.close()
         if self.kind == "postgres":
             import psycopg
 
@@ -85,188 +326,565 @@ class Store:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
-@contextmanager
-def serve(store: Store) -> Iterator[tuple[str, str]]:
-    command = [sys.executable, "-m", "handrail"]
-    token = (
+class LangGraphServer:
+    """``langgraph dev --no-reload`` in a folder of its own (where it saves its state)."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self.folder = scratch
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.generation = 0
+
+    def fresh(self) -> None:
+        """A new, empty working folder (the next start has no threads)."""
+        self.generation += 1
+        self.folder = self.scratch / f"langgraph-{self.generation}"
+        self.folder.mkdir()
+        config = {
+            "dependencies": [str(LANGGRAPH_GRAPH.parent)],
+            "graphs": {"bench": f"{LANGGRAPH_GRAPH}:graph"},
+        }
+        (self.folder / "langgraph.json").write_text(json.dumps(config))
+
+    def start(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        log = self.folder / "server.log"
+        command = [str(LANGGRAPH_VENV / "bin" / "langgraph"), "dev", "--no-reload", "--no-browser"]
+        command += ["--port", str(port), "--config", "langgraph.json"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                command, cwd=self.folder, stdout=out, stderr=subprocess.STDOUT, env={**env, **LANGGRAPH_ENV}
+            )
+        wait_ready(self.url, self.process, log, 600)
+
+    def stop(self) -> None:
+        """Stop it; it saves its whole state under ``.langgraph_api`` as it exits."""
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(600)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def client(self) -> Any:
+        return get_sync_client(url=self.url, api_key=None, timeout=300)
+
+    def paused_copies(self, count: int) -> list[Target]:
+        """Restart with ``count`` more paused threads: copies of one paused for real."""
+        client = self.client()
+        thread = client.threads.create()["thread_id"]
+        result = client.runs.wait(thread, "bench", input={"messages": [{"role": "user", "content": "go"}]})
+        assert result["__interrupt__"], result
+        self.stop()
+        out = self.folder / "copies.json"
+        python = str(LANGGRAPH_VENV / "bin" / "python")
+        command = [python, str(LANGGRAPH_COPY), str(self.folder), "--thread", thread]
         subprocess.run(
-            [*command, "tokens", "create", "--name", "bench", "--role", "dba", *store.flags()],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
+            [*command, "--copies", str(count), "--out", str(out)],
             check=True,
+            env={**os.environ, **LANGGRAPH_ENV},
         )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    process = subprocess.Popen(
-        [*command, "serve", "_service_agent:agent", *store.flags(), "--port", "0"],
-        cwd=HERE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            break
-    else:
-        raise SystemExit("handrail serve did not start")
-    threading.Thread(target=process.stdout.read, daemon=True).start()
-    try:
-        yield found.group(1), token
-    finally:
-        process.terminate()
-        process.wait(30)
+        self.start()
+        return [(t, i) for t, i in json.loads(out.read_text())]
 
 
-def timed(action: Callable[[], Any], times: int) -> list[float]:
-    samples = []
-    for _ in range(times):
-        start = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - start)
+# The calls, the same for every server ----------------------------------------------------------
+def first_pause(client: Any) -> Target:
+    thread = client.threads.create()["thread_id"]
+    result = client.runs.wait(thread, "bench", input={"messages": [{"role": "user", "content": "go"}]})
+    return thread, result["__interrupt__"][0]["id"]
+
+
+def api_cycles(client: Any, cycles: int, per_thread: int) -> list[float]:
+    """``cycles`` timed ``runs.wait`` resumes, ``per_thread`` on each new thread."""
+    samples: list[float] = []
+    while len(samples) < cycles:
+        thread, interrupt = first_pause(client)
+        for _ in range(min(per_thread, cycles - len(samples))):
+            command = {"resume": {interrupt: APPROVE}}
+            elapsed, result = timed(lambda: client.runs.wait(thread, "bench", command=command))  # noqa: B023
+            interrupt = result["__interrupt__"][0]["id"]
+            samples.append(elapsed)
     return samples
 
 
-def api_cycle(url: str, token: str, cycles: int) -> list[float]:
-    from langgraph_sdk import get_sync_client
-
-    client = get_sync_client(url=url, api_key=token)
-    thread = client.threads.create()["thread_id"]
-    state = client.runs.wait(thread, "bench", input={"messages": [{"role": "user", "content": "go"}]})
-    box = {"id": state["__interrupt__"][0]["id"]}  # type: ignore[index,call-overload]
-
-    def cycle() -> None:
-        result = client.runs.wait(thread, "bench", command={"resume": {box["id"]: APPROVE}})
-        box["id"] = result["__interrupt__"][0]["id"]  # type: ignore[index,call-overload]
-
-    timed(cycle, 10)  # warm up
-    return timed(cycle, cycles)
+def library_cycles(agent: Any, cycles: int, per_thread: int) -> list[float]:
+    samples: list[float] = []
+    while len(samples) < cycles:
+        config = {"configurable": {"thread_id": f"lib-{uuid.uuid4().hex}"}}
+        interrupt = agent.invoke({"messages": ["go"]}, config)["__interrupt__"][0].id
+        for _ in range(min(per_thread, cycles - len(samples))):
+            command = Command(resume={interrupt: APPROVE})
+            elapsed, result = timed(lambda: agent.invoke(command, config))  # noqa: B023
+            interrupt = result["__interrupt__"][0].id
+            samples.append(elapsed)
+    return samples
 
 
-def library_cycle(store: Store, cycles: int) -> list[float]:
-    agent = _service_agent.build(store.saver())
-    config = {"configurable": {"thread_id": f"lib-{uuid.uuid4().hex}"}}
-    box = {"id": agent.invoke({"messages": ["go"]}, config)["__interrupt__"][0].id}
+def answer_call(system: str, way: str) -> Callable[[Any, Target], str]:
+    """A function that answers one paused thread and returns the id of the run it started."""
+    if system != "langgraph" and way == "answer":
 
-    def cycle() -> None:
-        result = agent.invoke(Command(resume={box["id"]: APPROVE}), config)
-        box["id"] = result["__interrupt__"][0].id
-
-    timed(cycle, 10)
-    return timed(cycle, cycles)
-
-
-def pause_threads(store: Store, count: int, prefix: str) -> list[tuple[str, str]]:
-    agent = _service_agent.build(store.saver())
-    out = []
-    for i in range(count):
-        thread = f"{prefix}-{i}"
-        result = agent.invoke({"messages": ["go"]}, {"configurable": {"thread_id": thread}})
-        out.append((thread, result["__interrupt__"][0].id))
-    return out
-
-
-def answer_round_trip(url: str, token: str, paused: list[tuple[str, str]]) -> list[float]:
-    samples = []
-    with httpx.Client(base_url=url, headers={"x-api-key": token}) as http:
-        for thread, interrupt in paused:
-            start = time.perf_counter()
-            reply = http.post(
+        def post(client: Any, target: Target) -> str:
+            thread, interrupt = target
+            body = client.http.post(
                 f"/handrail/threads/{thread}/interrupts/{interrupt}/answer", json={"answer": APPROVE}
             )
-            samples.append(time.perf_counter() - start)
-            assert reply.status_code == 202, reply.text
+            return str(body["run_id"])
+
+        return post
+
+    def create(client: Any, target: Target) -> str:
+        thread, interrupt = target
+        return str(client.runs.create(thread, "bench", command={"resume": {interrupt: APPROVE}})["run_id"])
+
+    return create
+
+
+def quiet_answers(client: Any, call: Callable[[Any, Target], str], targets: list[Target]) -> list[float]:
+    """Answer each target, timed; join the run it started (untimed) before the next."""
+    samples = []
+    for target in targets:
+        elapsed, run_id = timed(lambda: call(client, target))  # noqa: B023
+        samples.append(elapsed)
+        client.runs.join(target[0], run_id)
     return samples
 
 
-def answers_per_second(url: str, token: str, paused: list[tuple[str, str]], reviewers: int) -> float:
-    shares = [paused[i::reviewers] for i in range(reviewers)]
-    barrier = threading.Barrier(reviewers + 1)
+def crowd(
+    make_client: Callable[[], Any], call: Callable[[Any, Target], str], targets: list[Target], reviewers: int
+) -> dict[str, Any]:
+    """``reviewers`` threads answering their share of ``targets`` at once."""
+    shares = [targets[i::reviewers] for i in range(reviewers)]
+    clients = [make_client() for _ in shares]
+    barrier = threading.Barrier(len(shares) + 1)
+    latencies: list[float] = []
+    runs: list[tuple[str, str]] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
 
-    def reviewer(share: list[tuple[str, str]]) -> None:
-        with httpx.Client(base_url=url, headers={"x-api-key": token}, timeout=120) as http:
-            barrier.wait()
-            for thread, interrupt in share:
-                http.post(
-                    f"/handrail/threads/{thread}/interrupts/{interrupt}/answer", json={"answer": APPROVE}
-                )
+    def reviewer(client: Any, share: list[Target]) -> None:
+        mine, started = [], []
+        barrier.wait()
+        try:
+            for target in share:
+                elapsed, run_id = timed(lambda: call(client, target))  # noqa: B023
+                mine.append(elapsed)
+                started.append((target[0], run_id))
+        except BaseException as exc:  # counted, and the run reported as failed
+            failures.append(exc)
+        with lock:
+            latencies.extend(mine)
+            runs.extend(started)
 
-    workers = [threading.Thread(target=reviewer, args=(share,)) for share in shares]
+    workers = [threading.Thread(target=reviewer, args=pair) for pair in zip(clients, shares, strict=True)]
     for worker in workers:
         worker.start()
     barrier.wait()
     start = time.perf_counter()
     for worker in workers:
         worker.join()
-    return len(paused) / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"{len(failures)} reviewers failed; first: {failures[0]!r}")
+    return {"rate": len(targets) / wall, "latencies": latencies, "runs": runs, "start": start}
 
 
-def inbox_page(url: str, token: str, messages: int, times: int) -> list[float]:
-    with httpx.Client(base_url=url, headers={"x-api-key": token}) as http:
-        return timed(lambda: http.get("/handrail/inbox", params={"limit": 50, "messages": messages}), times)
+def runs_done_rate(client: Any, out: dict[str, Any], window: float) -> float:
+    """LangGraph: of the runs the answers started, those that ended, per second.
+
+    Waits until no thread is busy or ``window`` seconds passed, then reads each run's
+    own times: the rate is the runs that succeeded over the span from the first run's
+    creation to the last one's end, on the server's clock.
+    """
+    deadline = out["start"] + window
+    while time.perf_counter() < deadline and client.threads.search(status="busy", limit=1):
+        time.sleep(0.5)
+    runs = [client.runs.get(thread, run_id) for thread, run_id in out["runs"]]
+    done = [run for run in runs if run["status"] == "success"]
+    if not done:
+        return 0.0
+    first = min(datetime.fromisoformat(run["created_at"]) for run in runs)
+    last = max(datetime.fromisoformat(run["updated_at"]) for run in done)
+    return len(done) / (last - first).total_seconds()
+
+
+def join_all(client_factory: Callable[[], Any], runs: list[tuple[str, str]], workers: int = 8) -> None:
+    """Wait for the runs the answers started (handrail: so the next batch finds a quiet server)."""
+    shares = [runs[i::workers] for i in range(workers)]
+
+    def join(share: list[tuple[str, str]]) -> None:
+        client = client_factory()
+        for thread, run_id in share:
+            client.runs.join(thread, run_id)
+
+    threads = [threading.Thread(target=join, args=(share,)) for share in shares]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def search_page(client: Any) -> Any:
+    return client.threads.search(status="interrupted", limit=50)
+
+
+def inbox_page(client: Any, messages: int) -> Any:
+    return client.http.get("/handrail/inbox", params={"limit": 50, "messages": messages})
+
+
+def pages(action: Callable[[], Any], count: int) -> list[float]:
+    action()  # warm
+    return [timed(action)[0] for _ in range(count)]
+
+
+# The run --------------------------------------------------------------------------------------
+@dataclass
+class Results:
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, key: str, values: list[float]) -> None:
+        self.samples.setdefault(key, []).extend(values)
+
+    def rate(self, key: str, value: float) -> None:
+        self.rates.setdefault(key, []).append(value)
+
+
+def rotations(systems: list[str], rounds: int) -> Iterator[tuple[int, list[str]]]:
+    for r in range(rounds):
+        k = r % len(systems)
+        yield r, systems[k:] + systems[:k]
+
+
+def run(
+    config: dict[str, Any], systems: list[str], measures: list[str], profiler: Profiler, scratch: Path
+) -> Results:
+    results = Results()
+    handrail = {kind: HandrailServer(kind, scratch) for kind in STORES if kind in systems}
+    langgraph = LangGraphServer(scratch) if "langgraph" in systems else None
+    rounds = config["rounds"]
+    try:
+        for server in handrail.values():
+            server.start()
+        print(f"handrail serve: {', '.join(f'{k} {s.url}' for k, s in handrail.items())}", flush=True)
+        # Every answer's paused thread, made before any timing.
+        per_round = config["answers"]
+        crowd_size = config["reviewers"] * config["crowd_each"]
+        targets: dict[str, dict[str, list[Target]]] = {}
+        for kind, server in handrail.items():
+            targets[kind] = {}
+            if "answer" in measures:
+                targets[kind]["answer"] = server.pause(per_round * rounds, "answer")
+                targets[kind]["create"] = server.pause(per_round * rounds, "create")
+            if "crowd" in measures:
+                targets[kind]["crowd"] = server.pause(crowd_size * rounds, "crowd")
+        if langgraph is not None:
+            langgraph.fresh()
+            langgraph.start()
+            lg_answers = config["langgraph_answers"] * rounds if "answer" in measures else 0
+            lg_crowd = crowd_size * rounds if "crowd" in measures else 0
+            if lg_answers + lg_crowd:
+                copies = langgraph.paused_copies(lg_answers + lg_crowd)
+                targets["langgraph"] = {"answer": copies[:lg_answers], "crowd": copies[lg_answers:]}
+            print(f"langgraph dev: {langgraph.url}", flush=True)
+        servers: dict[str, Any] = {**handrail, **({"langgraph": langgraph} if langgraph else {})}
+        clients = {name: server.client() for name, server in servers.items()}
+
+        def profiled(system: str, measure: str) -> Any:
+            if system == "langgraph":
+                return nullcontext()
+            process = handrail[system].process
+            assert process is not None
+            return profiler.record(process.pid, f"{system}-{measure}")
+
+        if "cycle" in measures:
+            print("review cycles", flush=True)
+            for name, client in clients.items():  # warm up
+                api_cycles(client, 2 if name == "langgraph" else 10, config["per_thread"])
+            for server in handrail.values():
+                library_cycles(server.agent(), 10, config["per_thread"])
+            with profiled_all(profiled, handrail, "cycle"):
+                for r, order in rotations(list(servers), rounds):
+                    for name in order:
+                        n = config["langgraph_cycles"] if name == "langgraph" else config["cycles"]
+                        results.add(f"cycle/{name}", api_cycles(clients[name], n, config["per_thread"]))
+                        if name in handrail:
+                            results.add(
+                                f"library/{name}",
+                                library_cycles(handrail[name].agent(), n, config["per_thread"]),
+                            )
+                    print(f"  round {r + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
+
+        if "answer" in measures:
+            print("answers, one at a time", flush=True)
+            with profiled_all(profiled, handrail, "answer"):
+                for r, order in rotations(list(servers), rounds):
+                    for name in order:
+                        if name == "langgraph":
+                            n = config["langgraph_answers"]
+                            batch = targets[name]["answer"][r * n : (r + 1) * n]
+                            results.add(
+                                "answer/langgraph",
+                                quiet_answers(clients[name], answer_call(name, "create"), batch),
+                            )
+                            continue
+                        for way in ("answer", "create"):
+                            batch = targets[name][way][r * per_round : (r + 1) * per_round]
+                            results.add(
+                                f"{way}/{name}", quiet_answers(clients[name], answer_call(name, way), batch)
+                            )
+                    print(f"  round {r + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
+
+        if "crowd" in measures:
+            print(f"answers, {config['reviewers']} reviewers at once", flush=True)
+            with profiled_all(profiled, handrail, "crowd"):
+                for r, order in rotations(list(servers), rounds):
+                    for name in order:
+                        batch = targets[name]["crowd"][r * crowd_size : (r + 1) * crowd_size]
+                        way = "create" if name == "langgraph" else "answer"
+                        out = crowd(servers[name].client, answer_call(name, way), batch, config["reviewers"])
+                        results.rate(f"crowd/{name}", out["rate"])
+                        results.add(f"crowd-latency/{name}", out["latencies"])
+                        if name != "langgraph":
+                            join_all(servers[name].client, out["runs"])
+                            done = len(out["runs"]) / (time.perf_counter() - out["start"])
+                        else:
+                            done = runs_done_rate(clients[name], out, config["drain_window"])
+                            with suppress(NotFoundError):  # "No runs found to cancel"
+                                clients[name].runs.cancel_many(status="pending")  # the backlog, untimed
+                        results.rate(f"crowd-done/{name}", done)
+                    print(f"  round {r + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
+
+        if "inbox" in measures:
+            n = config["inbox_threads"]
+            print(f"inbox over {n:,} paused threads: building", flush=True)
+            for kind, server in handrail.items():
+                started = time.perf_counter()
+                server.pause(n, "inbox")
+                results.notes[f"build/{kind}"] = time.perf_counter() - started
+                print(f"  {kind}: {results.notes[f'build/{kind}']:.0f} s", flush=True)
+            if langgraph is not None:
+                started = time.perf_counter()
+                langgraph.stop()
+                langgraph.fresh()
+                langgraph.start()
+                langgraph.paused_copies(n)
+                clients["langgraph"] = langgraph.client()
+                results.notes["build/langgraph"] = time.perf_counter() - started
+                print(
+                    f"  langgraph: {results.notes['build/langgraph']:.0f} s (copies, and a restart)",
+                    flush=True,
+                )
+            count = config["inbox_pages"]
+            with profiled_all(profiled, handrail, "inbox"):
+                for r, order in rotations(list(servers), rounds):
+                    for name in order:
+                        client = clients[name]
+                        found = search_page(client)
+                        assert len(found) == 50 and all(t["status"] == "interrupted" for t in found), name
+                        results.add(f"search/{name}", pages(partial(search_page, client), count))
+                        if name == "langgraph":
+                            continue
+                        for messages in (0, 3):
+                            assert len(inbox_page(client, messages)["items"]) == 50
+                            results.add(
+                                f"inbox{messages}/{name}", pages(partial(inbox_page, client, messages), count)
+                            )
+                    print(f"  round {r + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        if langgraph is not None:
+            langgraph.stop()
+        for server in handrail.values():
+            server.stop()
+    return results
+
+
+@contextmanager
+def profiled_all(
+    profiled: Callable[[str, str], Any], handrail: dict[str, HandrailServer], measure: str
+) -> Iterator[None]:
+    """Record every handrail server through a whole measure (all its rounds)."""
+    contexts = [profiled(kind, measure) for kind in handrail]
+    for context in contexts:
+        context.__enter__()
+    try:
+        yield
+    finally:
+        for context in reversed(contexts):
+            context.__exit__(None, None, None)
+
+
+# The table ------------------------------------------------------------------------------------
+def table(results: Results, config: dict[str, Any], systems: list[str], load: list[float]) -> str:
+    s, r = results.samples, results.rates
+    columns = [
+        c
+        for c in ("sqlite", "library-sqlite", "postgres", "library-postgres", "langgraph")
+        if c.split("-")[-1] in systems
+    ]
+    heads = {
+        "sqlite": "handrail SQLite",
+        "library-sqlite": "library SQLite",
+        "postgres": "handrail Postgres",
+        "library-postgres": "library Postgres",
+        "langgraph": "LangGraph server",
+    }
+
+    def cell(key: str) -> str:
+        values = s.get(key)
+        return f"{pct(values, 0.5):.2f} / {pct(values, 0.99):.2f} ({len(values)})" if values else ""
+
+    def ratio(lg_key: str, key: str) -> str:
+        if not s.get(lg_key) or not s.get(key):
+            return ""
+        times = pct(s[lg_key], 0.5) / pct(s[key], 0.5)
+        return f"{times:.0f}x" if times >= 10 else f"{times:.1f}x"
+
+    n = config["inbox_threads"]
+    rows: list[list[str]] = []
+    spec = [
+        ("review cycle: runs.wait with a resume, to the next interrupt", "cycle", "cycle", "library"),
+        (
+            "answer round trip: POST .../answer, recorded (LangGraph: runs.create, accepted)",
+            "answer",
+            "answer",
+            None,
+        ),
+        ("runs.create with the resume, accepted", "create", "answer", None),
+        (f"request latency, {config['reviewers']} reviewers at once", "crowd-latency", "crowd-latency", None),
+        (f"inbox page of 50 over {n:,} paused threads (GET /handrail/inbox)", "inbox0", "search", None),
+        ("  the same with each item's last 3 messages", "inbox3", "search", None),
+        (f"threads.search(status='interrupted', limit=50) over {n:,}", "search", "search", None),
+    ]
+    for label, key, lg_key, library in spec:
+        if not any(s.get(f"{key}/{c}") for c in ("sqlite", "postgres")) and not s.get(f"{lg_key}/langgraph"):
+            continue
+        row = [label]
+        for c in columns:
+            if c.startswith("library-"):
+                row.append(cell(f"{library}/{c.split('-')[1]}") if library else "")
+            elif c == "langgraph":
+                row.append(cell(f"{lg_key}/langgraph"))
+            else:
+                row.append(cell(f"{key}/{c}"))
+        row.append(ratio(f"{lg_key}/langgraph", f"{key}/sqlite"))
+        row.append(ratio(f"{lg_key}/langgraph", f"{key}/postgres"))
+        rows.append(row)
+        if key == "cycle":
+            diff = ["  API minus library, p50 (goal: at most 1 ms)"]
+            for c in columns:
+                kind = c if c in STORES else None
+                if kind and s.get(f"cycle/{kind}") and s.get(f"library/{kind}"):
+                    diff.append(f"{pct(s[f'cycle/{kind}'], 0.5) - pct(s[f'library/{kind}'], 0.5):.2f}")
+                else:
+                    diff.append("")
+            rows.append([*diff, "", ""])
+    if any(r.get(f"crowd/{c}") for c in systems):
+        row = [f"answers per second, {config['reviewers']} reviewers at once (median round)"]
+        for c in columns:
+            values = r.get(f"crowd/{c}")
+            row.append(
+                f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+                if values and c in SYSTEMS
+                else ""
+            )
+        for kind in STORES:
+            if r.get(f"crowd/{kind}") and r.get("crowd/langgraph"):
+                row.append(
+                    f"{statistics.median(r[f'crowd/{kind}']) / statistics.median(r['crowd/langgraph']):.1f}x"
+                )
+            else:
+                row.append("")
+        rows.append(row)
+    if any(r.get(f"crowd-done/{c}") for c in systems):
+        row = ["  answered and run to the next pause, per second"]
+        for c in columns:
+            values = r.get(f"crowd-done/{c}")
+            row.append(
+                f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+                if values and c in SYSTEMS
+                else ""
+            )
+        for kind in STORES:
+            if r.get(f"crowd-done/{kind}") and r.get("crowd-done/langgraph"):
+                row.append(
+                    f"{statistics.median(r[f'crowd-done/{kind}']) / statistics.median(r['crowd-done/langgraph']):.1f}x"
+                )
+            else:
+                row.append("")
+        rows.append(row)
+    head = ["measure (ms: p50 / p99 (samples))", *(heads[c] for c in columns), "LG / SQLite", "LG / Postgres"]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in rows]
+    lines.append("")
+    lines.append(
+        "Ratios: LangGraph's p50 over handrail's (for answers/s: handrail's rate over LangGraph's); above 1, handrail is ahead."
+    )
+    builds = ", ".join(
+        f"{k.split('/')[1]} {v:.0f} s" for k, v in results.notes.items() if k.startswith("build/")
+    )
+    if builds:
+        lines.append(f"Building the paused threads for the inbox: {builds}.")
+    if load:
+        lines.append(
+            f"Load average (1 min) during the run: median {statistics.median(load):.1f}, max {max(load):.1f} (2 cores)."
+        )
+    lines.append(f"{config['rounds']} round(s), systems alternating; python {sys.version.split()[0]}.")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", type=int, default=200)
-    parser.add_argument("--answers", type=int, default=200)
-    parser.add_argument("--inbox-threads", type=int, default=10_000)
-    parser.add_argument("--reviewers", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="a short run (2,000 inbox threads, 1 round)")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--measures", nargs="+", choices=MEASURES, default=list(MEASURES))
+    for name in FULL:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None)
+    parser.add_argument(
+        "--profile", type=Path, help="record each handrail server with py-spy, per measure, here"
+    )
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "service.json")
     args = parser.parse_args()
-    rows: list[tuple[str, str, str]] = []
-    with tempfile.TemporaryDirectory() as folder:
-        for kind in ("sqlite", "postgres"):
-            store = Store(kind, Path(folder))
-            try:
-                with serve(store) as (url, token):
-                    api = api_cycle(url, token, args.cycles)
-                    lib = library_cycle(store, args.cycles)
-                    rows.append(
-                        (
-                            kind,
-                            "API cycle (runs.wait, resume -> next interrupt)",
-                            f"{pct(api, 0.5):.2f} / {pct(api, 0.99):.2f}",
-                        )
-                    )
-                    rows.append(
-                        (kind, "library cycle, same store", f"{pct(lib, 0.5):.2f} / {pct(lib, 0.99):.2f}")
-                    )
-                    rows.append((kind, "API minus library, p50", f"{pct(api, 0.5) - pct(lib, 0.5):.2f}"))
-                    trip = answer_round_trip(url, token, pause_threads(store, args.answers, "answer"))
-                    rows.append(
-                        (
-                            kind,
-                            "answer round trip (POST, recorded)",
-                            f"{pct(trip, 0.5):.2f} / {pct(trip, 0.99):.2f}",
-                        )
-                    )
-                    if kind == "postgres":
-                        paused = pause_threads(store, args.reviewers * 10, "crowd")
-                        rate = answers_per_second(url, token, paused, args.reviewers)
-                        rows.append((kind, f"answers/s, {args.reviewers} reviewers at once", f"{rate:.0f}"))
-                    pause_threads(store, args.inbox_threads, "inbox")
-                    bare = inbox_page(url, token, 0, 50)
-                    full = inbox_page(url, token, 3, 50)
-                    label = f"inbox page of 50 over {args.inbox_threads:,} paused threads"
-                    rows.append((kind, label, f"{pct(bare, 0.5):.2f} / {pct(bare, 0.99):.2f}"))
-                    rows.append(
-                        (
-                            kind,
-                            label + ", with last 3 messages",
-                            f"{pct(full, 0.5):.2f} / {pct(full, 0.99):.2f}",
-                        )
-                    )
-            finally:
-                store.drop()
-    width = max(len(r[1]) for r in rows)
-    print(f"{'store':9} {'measure':{width}}  p50 / p99 ms (or as named)")
-    for kind, label, value in rows:
-        print(f"{kind:9} {label:{width}}  {value}")
-    print(f"(one run; python {sys.version.split()[0]}; LangGraph's server not measured yet)")
+    config = dict(QUICK if args.quick else FULL)
+    for name in FULL:
+        if getattr(args, name) is not None:
+            config[name] = getattr(args, name)
+    if "langgraph" in args.systems and not (LANGGRAPH_VENV / "bin" / "langgraph").exists():
+        print(f"creating {LANGGRAPH_VENV} ...", flush=True)
+        subprocess.run(["bash", str(HERE / "setup_langgraph_server.sh")], check=True)
+    profiler = Profiler(args.profile)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-service-", dir=os.environ.get("BENCH_SCRATCH")))
+    try:
+        with LoadWatch() as load:
+            results = run(config, args.systems, args.measures, profiler, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    text = table(results, config, args.systems, load.samples)
+    print()
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "config": config,
+                "samples": results.samples,
+                "rates": results.rates,
+                "notes": results.notes,
+                "load": load.samples,
+                "table": text,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":
