@@ -426,16 +426,20 @@ def library_cycles(agent: Any, cycles: int, per_thread: int) -> list[float]:
     return samples
 
 
+ANSWERED = "answered:"  # what an answer "returns" as its run: a worker runs it, under no id known yet
+
+
 def answer_call(system: str, way: str) -> Callable[[Any, Target], str]:
-    """A function that answers one paused thread and returns the id of the run it started."""
+    """A function that answers one paused thread and returns the id of the run it started
+    (for handrail's answer: ``ANSWERED`` and the interrupt, as a worker runs the thread)."""
     if system != "langgraph" and way == "answer":
 
         def post(client: Any, target: Target) -> str:
             thread, interrupt = target
-            body = client.http.post(
+            client.http.post(
                 f"/handrail/threads/{thread}/interrupts/{interrupt}/answer", json={"answer": APPROVE}
             )
-            return str(body["run_id"])
+            return ANSWERED + interrupt
 
         return post
 
@@ -446,13 +450,28 @@ def answer_call(system: str, way: str) -> Callable[[Any, Target], str]:
     return create
 
 
+def join(client: Any, thread: str, run: str) -> None:
+    """Wait for a run to end: ``runs.join``, or for an answer's run, the next interrupt."""
+    if not run.startswith(ANSWERED):
+        client.runs.join(thread, run)
+        return
+    answered = run[len(ANSWERED) :]
+    deadline = time.perf_counter() + 120
+    while time.perf_counter() < deadline:
+        interrupts = client.threads.get_state(thread)["interrupts"]
+        if interrupts and interrupts[0]["id"] != answered:
+            return
+        time.sleep(0.002)
+    raise SystemExit(f"the answer to {answered} on thread {thread} was never run")
+
+
 def quiet_answers(client: Any, call: Callable[[Any, Target], str], targets: list[Target]) -> list[float]:
     """Answer each target, timed; join the run it started (untimed) before the next."""
     samples = []
     for target in targets:
         elapsed, run_id = timed(lambda: call(client, target))  # noqa: B023
         samples.append(elapsed)
-        client.runs.join(target[0], run_id)
+        join(client, target[0], run_id)
     return samples
 
 
@@ -521,7 +540,7 @@ def join_all(client_factory: Callable[[], Any], runs: list[tuple[str, str]], wor
     def join(share: list[tuple[str, str]]) -> None:
         client = client_factory()
         for thread, run_id in share:
-            client.runs.join(thread, run_id)
+            join(client, thread, run_id)
 
     threads = [threading.Thread(target=join, args=(share,)) for share in shares]
     for t in threads:
