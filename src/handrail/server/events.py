@@ -192,7 +192,8 @@ async def events(
             await feed.store.aread_feed(start, limit=0)
         except ValueError:
             raise Problem(400, f"{start!r:.80} is not an event id of this service's live inbox") from None
-    position = start if start is not None else feed.cursor
+    # from now on: the feed's end as the store has it (this process's reader may lag behind)
+    position = start if start is not None else await feed.store.afeed_end()
 
     async def stream() -> AsyncIterator[bytes]:
         nonlocal position

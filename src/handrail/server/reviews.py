@@ -181,14 +181,17 @@ async def inbox_page(
         reviewer=credential.reviewer,
         order=order,
     )
-    items = []
-    for item in page.items:
-        last: list[Any] = []
-        if messages:
-            owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
-            state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
-            last = list(state.values.get("messages", []))[-messages:]
-        items.append(inbox_entry(item, last))
+
+    async def last_messages(item: Any) -> list[Any]:
+        if not messages:
+            return []
+        owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
+        state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
+        return list(state.values.get("messages", []))[-messages:]
+
+    # the page's threads are read at once, not one after another
+    lasts = await asyncio.gather(*(last_messages(item) for item in page.items))
+    items = [inbox_entry(item, last) for item, last in zip(page.items, lasts, strict=True)]
     return {"items": items, "next_cursor": page.next_cursor}
 
 

@@ -30,7 +30,7 @@ from handrail.agent import Agent
 from handrail.errors import HandrailError
 from handrail.server.auth import caller
 from handrail.server.problems import Problem
-from handrail.server.service import Service
+from handrail.server.service import Service, ThreadRow
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
 from handrail.types import Command
@@ -314,21 +314,21 @@ async def start_run(
     metadata = payload.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise Problem(422, "'metadata' must be an object")
+    row: ThreadRow | None = None
     if thread_id is None:
         thread_id = str(uuid.uuid4())
-        service.add_thread(thread_id, assistant_id, {})
+        await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
         owner = assistant_id
     else:
         try:
-            owner, _, _ = await service.owner(thread_id)
+            owner, _, row = await service.owner(thread_id)
         except Problem:
             if payload.get("if_not_exists") != "create":
                 raise
-            service.add_thread(thread_id, assistant_id, {})
+            await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
             owner = assistant_id
     if owner != assistant_id:
         raise Problem(422, f"thread {thread_id!r} belongs to assistant {owner!r}, not {assistant_id!r}")
-    row = service.thread_row(thread_id)
     config = _config(payload, thread_id, credential)
     config["metadata"] = {**(row.metadata if row else {}), "assistant_id": assistant_id, **dict(metadata)}
     run_input = _run_input(payload)

@@ -3,12 +3,17 @@
 A thread belongs to the assistant (served agent) it was created for; the service keeps
 that, and the metadata a client gave when creating it, in ``handrail_server_threads``.
 A thread that a Python program created (it has events but no row here) belongs to the
-first agent served.
+first agent served. A row never changes once written, so each process remembers the
+rows it read for a few seconds (:data:`ROW_SECONDS`): a request on a thread seen a
+moment ago reads no row.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +25,10 @@ from handrail.server.db import ServerDB
 from handrail.server.problems import Problem
 from handrail.server.tokens import TokenStore
 
-__all__ = ["Service", "ThreadRow"]
+__all__ = ["ROW_SECONDS", "Service", "ThreadRow"]
+
+ROW_SECONDS = 5.0
+"""How long a process trusts a thread row it read (one deleted elsewhere meanwhile still shows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,8 @@ class Service:
         if not self.agents:
             raise ValueError("the service needs at least one agent to serve")
         self.tokens = TokenStore(self.db)
+        self._rows: OrderedDict[str, tuple[ThreadRow, float]] = OrderedDict()
+        self._rows_lock = threading.Lock()  # rows are read on the loop and in worker threads
 
     def agent(self, assistant_id: str) -> Agent:
         """The agent served as ``assistant_id``; 404 when there is none."""
@@ -63,6 +73,9 @@ class Service:
 
     def thread_row(self, thread_id: str) -> ThreadRow | None:
         """The service's row for a thread, if it created it."""
+        known = self._remembered(thread_id)
+        if known is not None:
+            return known
         rows = self.db.query(
             "SELECT thread_id, assistant_id, metadata, created_at FROM handrail_server_threads "
             "WHERE thread_id = ?",
@@ -71,26 +84,56 @@ class Service:
         if not rows:
             return None
         tid, assistant, metadata, created = rows[0]
-        return ThreadRow(
+        row = ThreadRow(
             str(tid), str(assistant), orjson.loads(str(metadata)), datetime.fromtimestamp(float(created), UTC)
         )
+        self._remember(row)
+        return row
+
+    async def athread_row(self, thread_id: str) -> ThreadRow | None:
+        """:meth:`thread_row`, reading the row (when it must) off the event loop."""
+        known = self._remembered(thread_id)
+        if known is not None:
+            return known
+        return await asyncio.to_thread(self.thread_row, thread_id)
+
+    def _remembered(self, thread_id: str) -> ThreadRow | None:
+        with self._rows_lock:
+            found = self._rows.get(thread_id)
+        if found is None or found[1] < time.monotonic():
+            return None
+        return found[0]
+
+    def _remember(self, row: ThreadRow) -> None:
+        with self._rows_lock:
+            self._rows.pop(row.thread_id, None)
+            self._rows[row.thread_id] = (row, time.monotonic() + ROW_SECONDS)
+            if len(self._rows) > 10_000:
+                self._rows.popitem(last=False)
 
     def add_thread(self, thread_id: str, assistant_id: str, metadata: dict[str, Any]) -> bool:
         """Record a new thread; False when one with this id exists already."""
+        now = time.time()
         changed = self.db.execute(
             "INSERT INTO handrail_server_threads (thread_id, assistant_id, metadata, created_at) "
             "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
-            (thread_id, assistant_id, orjson.dumps(metadata).decode(), time.time()),
+            (thread_id, assistant_id, orjson.dumps(metadata).decode(), now),
         )
+        if changed > 0:
+            self._remember(
+                ThreadRow(thread_id, assistant_id, dict(metadata), datetime.fromtimestamp(now, UTC))
+            )
         return changed > 0
 
     def drop_thread(self, thread_id: str) -> bool:
         """Forget the service's row for a thread; whether there was one."""
+        with self._rows_lock:
+            self._rows.pop(thread_id, None)
         return self.db.execute("DELETE FROM handrail_server_threads WHERE thread_id = ?", (thread_id,)) > 0
 
     async def owner(self, thread_id: str) -> tuple[str, Agent, ThreadRow | None]:
         """The assistant a thread belongs to, its agent and row; 404 for an unknown thread."""
-        row = self.thread_row(thread_id)
+        row = await self.athread_row(thread_id)
         if row is not None:
             return row.assistant_id, self.agent(row.assistant_id), row
         assistant = self.default_assistant

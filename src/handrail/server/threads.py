@@ -7,6 +7,7 @@ while reviews wait, else ``idle``.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Body, Depends, Request
 from starlette.responses import Response
 
 from handrail.agent import Agent
+from handrail.checkpoint.base import ThreadRecord
 from handrail.server.auth import caller
 from handrail.server.problems import Problem
 from handrail.server.runs import RunRegistry
@@ -92,11 +94,15 @@ async def get_assistant(
     return _json(_assistant(assistant_id, service.agent(assistant_id)))
 
 
-async def _thread_json(service: Service, thread_id: str) -> dict[str, Any]:
+async def _thread_json(
+    service: Service, thread_id: str, record: ThreadRecord | None = None
+) -> dict[str, Any]:
+    """A LangGraph Thread; ``record``: the store's row of it, when the caller has it already."""
     assistant, agent, row = await service.owner(thread_id)
     snapshot = await agent.aget_state({"configurable": {"thread_id": thread_id}})
     store = agent.checkpointer
-    record = await store.aget_thread(thread_id) if store is not None else None
+    if record is None and store is not None:
+        record = await store.aget_thread(thread_id)
     registry = service.runs
     assert isinstance(registry, RunRegistry)
     if thread_id in registry.active:
@@ -139,7 +145,7 @@ async def create_thread(
     service.agent(str(assistant))
     if body.get("if_exists") not in (None, "raise", "do_nothing"):
         raise Problem(422, f"if_exists={body['if_exists']!r} is not supported; use 'raise' or 'do_nothing'")
-    exists = service.thread_row(thread_id) is not None
+    exists = await service.athread_row(thread_id) is not None
     if not exists:
         store = service.agents[str(assistant)].checkpointer
         exists = store is not None and await store.aget_thread(thread_id) is not None
@@ -147,7 +153,7 @@ async def create_thread(
         if body.get("if_exists") == "do_nothing":
             return _json(await _thread_json(service, thread_id))
         raise Problem(409, f"thread {thread_id!r} exists already")
-    service.add_thread(thread_id, str(assistant), dict(metadata))
+    await asyncio.to_thread(service.add_thread, thread_id, str(assistant), dict(metadata))
     return _json(await _thread_json(service, thread_id))
 
 
@@ -182,7 +188,8 @@ async def search_threads(
     agent = service.agents[service.default_assistant]
     store_status = {"busy": "running"}.get(status, status) if status else None
     records = await agent.alist_threads(metadata=metadata, status=store_status, limit=limit, offset=offset)
-    return _json([await _thread_json(service, r.thread_id) for r in records])
+    # the threads of a page are read at once, not one after another
+    return _json(list(await asyncio.gather(*(_thread_json(service, r.thread_id, r) for r in records))))
 
 
 @router.get("/threads/{thread_id}/state")
@@ -240,5 +247,5 @@ async def delete_thread(
     service = _service(request)
     _, agent, _ = await service.owner(thread_id)
     await agent.adelete_thread(thread_id)
-    service.drop_thread(thread_id)
+    await asyncio.to_thread(service.drop_thread, thread_id)
     return Response(status_code=204)
