@@ -537,12 +537,12 @@ def join_all(client_factory: Callable[[], Any], runs: list[tuple[str, str]], wor
     """Wait for the runs the answers started (handrail: so the next batch finds a quiet server)."""
     shares = [runs[i::workers] for i in range(workers)]
 
-    def join(share: list[tuple[str, str]]) -> None:
+    def join_share(share: list[tuple[str, str]]) -> None:
         client = client_factory()
         for thread, run_id in share:
             join(client, thread, run_id)
 
-    threads = [threading.Thread(target=join, args=(share,)) for share in shares]
+    threads = [threading.Thread(target=join_share, args=(share,)) for share in shares]
     for t in threads:
         t.start()
     for t in threads:
