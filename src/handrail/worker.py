@@ -106,6 +106,7 @@ class Worker:
         self._running: dict[str, asyncio.Task[None]] = {}  # thread id -> its run
         self._wake: asyncio.Event | None = None
         self._stopping = False
+        self._full = False  # the last look stopped at the concurrency limit: there may be more
         self.ran = 0  # runs finished (for logs and tests)
 
     def wake(self) -> None:
@@ -168,11 +169,16 @@ class Worker:
     async def _take_all(self) -> None:
         """Claim queued threads while there is room, starting a run for each."""
         progress = True
-        while progress and not self._stopping and len(self._running) < self.concurrency:
+        self._full = False
+        while progress and not self._stopping:
+            if len(self._running) >= self.concurrency:
+                self._full = True
+                return
             progress = False
             for group in self._groups:
                 if len(self._running) >= self.concurrency:
-                    break
+                    self._full = True
+                    return
                 run_id = new_id("run-")
                 try:
                     thread_id = await group.store.aclaim_queued(run_id, filter=group.filter)
@@ -199,7 +205,8 @@ class Worker:
         finally:
             self.ran += 1
             self._running.pop(f"{thread_id}\x00{run_id}", None)
-            self.wake()  # room for another
+            if self._full:
+                self.wake()  # room for one of those left waiting
 
     async def _listen(self, group: _Group) -> None:
         """Wake the loop whenever the store says a thread may have been queued."""

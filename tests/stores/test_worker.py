@@ -159,3 +159,39 @@ def test_a_worker_refuses_what_it_cannot_do(tmp_path: Path) -> None:
         Worker({"a": agent}, concurrency=0)
     with pytest.raises(ConfigurationError, match="poll"):
         Worker({"a": agent}, poll=0)
+
+
+async def test_a_worker_runs_at_most_its_concurrency_at_once(location: Location, tmp_path: Path) -> None:
+    """Five answered threads, room for two: never more than two tools at once, all five done."""
+    going, most = 0, 0
+
+    async def slow(text: str) -> str:
+        """A tool that waits a moment."""
+        nonlocal going, most
+        going += 1
+        most = max(most, going)
+        await asyncio.sleep(0.05)
+        going -= 1
+        return "ok"
+
+    agent = create_agent(
+        ScriptedModel([_call_slow] * 100),
+        [slow],
+        middleware=[HumanInTheLoopMiddleware({"slow": True})],
+        checkpointer=location.saver(),
+    )
+    for n in range(5):
+        paused = await agent.ainvoke({"messages": ["go"]}, config(f"t{n}"))
+        await agent.adecide(f"t{n}", paused["__interrupt__"][0].id, APPROVE, reviewer=ALICE)
+    worker = Worker({"agent": agent}, concurrency=2, poll=0.05)
+    running = asyncio.create_task(worker.run())
+    await _until(lambda: worker.ran == 5, "five runs")
+    await worker.stop()
+    await running
+    assert most == 2
+
+
+def _call_slow(messages: list[Any]) -> dict[str, Any]:
+    if messages and getattr(messages[-1], "type", "") == "tool":
+        return {"content": "done"}
+    return {"content": "", "tool_calls": [{"name": "slow", "args": {"text": "x"}}]}
