@@ -87,6 +87,10 @@ class LiveFeed:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
 
+    async def end(self) -> str | None:
+        """The feed's end as the store has it now: an event id a page can start its stream from."""
+        return await self.store.afeed_end()
+
     def poke(self) -> None:
         """Something was just recorded here: read the feed now."""
         self._poked.set()
@@ -193,7 +197,7 @@ async def events(
         except ValueError:
             raise Problem(400, f"{start!r:.80} is not an event id of this service's live inbox") from None
     # from now on: the feed's end as the store has it (this process's reader may lag behind)
-    position = start if start is not None else await feed.store.afeed_end()
+    position = start if start is not None else await feed.end()
 
     async def stream() -> AsyncIterator[bytes]:
         nonlocal position
