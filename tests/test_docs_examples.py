@@ -11,6 +11,10 @@ Conventions for fenced code blocks in the docs:
     Shown but not run (a real model, Postgres, a server). It is still compiled, so it
     must be valid Python.
 
+``` ```python service ```
+    Run against a real ``handrail serve`` by ``tests/server/test_docs_service_examples.py``
+    (with ``TOKEN`` given and ``URL`` pointed at the service); here it is only compiled.
+
 ``` ```python xfail: REASON ```
     Runnable, but it shows behaviour that SPEC.md promises and the code does not have
     yet. It runs as a strict xfail: once the code is fixed the test fails and asks for
@@ -129,7 +133,7 @@ def test_example(
     example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    if example.marker == "no-run":
+    if example.marker in ("no-run", "service"):
         compile(example.source, example.label, "exec")
         return
     if example.marker.startswith("xfail:"):

@@ -366,3 +366,25 @@ async def test_the_audit_trail_across_threads_in_json_and_csv(
     assert (await client.get("/handrail/audit", params={"agent": "nobody"}, headers=alice)).status_code == 404
     assert (await client.get("/handrail/audit", params={"limit": 0}, headers=alice)).status_code == 400
     assert (await client.get("/handrail/audit")).status_code == 401
+
+
+async def test_a_thread_made_without_an_assistant_belongs_to_its_first_run(backend: Any) -> None:
+    """As on LangGraph's server: threads.create() names no graph; the first run binds it."""
+    from handrail.server import create_app
+
+    store = backend.saver()
+    app = create_app(
+        {"sql": served_agent.build(store), "other": served_agent.build(store)}, db=backend.server_db()
+    )
+    alice = {"Authorization": "Bearer " + app.state.service.tokens.create("alice", ["dba"])[1]}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://handrail.test") as http:
+        thread = (await http.post("/threads", json={}, headers=alice)).json()["thread_id"]
+        run = {"assistant_id": "other", "input": user("SELECT 1")}
+        assert (await http.post(f"/threads/{thread}/runs/wait", json=run, headers=alice)).status_code == 200
+        again = {**run, "assistant_id": "sql"}
+        reply = await http.post(f"/threads/{thread}/runs/wait", json=again, headers=alice)
+        assert reply.status_code == 422 and "belongs to assistant 'other'" in reply.text
+        named = (await http.post("/threads", json={"metadata": {"graph_id": "sql"}}, headers=alice)).json()
+        reply = await http.post(f"/threads/{named['thread_id']}/runs/wait", json=run, headers=alice)
+        assert reply.status_code == 422 and "belongs to assistant 'sql'" in reply.text

@@ -30,7 +30,7 @@ from handrail.agent import Agent
 from handrail.errors import HandrailError
 from handrail.server.auth import caller
 from handrail.server.problems import Problem
-from handrail.server.service import Service, ThreadRow
+from handrail.server.service import UNBOUND, Service, ThreadRow
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
 from handrail.types import Command
@@ -327,6 +327,11 @@ async def start_run(
                 raise
             await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
             owner = assistant_id
+        if row is not None and row.assistant_id == UNBOUND:  # its first run names its assistant
+            if await asyncio.to_thread(service.bind_thread, thread_id, assistant_id):
+                owner = assistant_id
+            else:  # another run bound it a moment ago
+                owner, _, row = await service.owner(thread_id)
     if owner != assistant_id:
         raise Problem(422, f"thread {thread_id!r} belongs to assistant {owner!r}, not {assistant_id!r}")
     config = _config(payload, thread_id, credential)

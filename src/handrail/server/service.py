@@ -3,9 +3,10 @@
 A thread belongs to the assistant (served agent) it was created for; the service keeps
 that, and the metadata a client gave when creating it, in ``handrail_server_threads``.
 A thread that a Python program created (it has events but no row here) belongs to the
-first agent served. A row never changes once written, so each process remembers the
-rows it read for a few seconds (:data:`ROW_SECONDS`): a request on a thread seen a
-moment ago reads no row.
+first agent served; one created without an assistant belongs to none until its first
+run names one (:data:`UNBOUND`). A row's assistant changes at most that once, so each
+process remembers the rows it read for a few seconds (:data:`ROW_SECONDS`): a request
+on a thread seen a moment ago reads no row.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from handrail.server.db import ServerDB
 from handrail.server.problems import Problem
 from handrail.server.tokens import TokenStore
 
-__all__ = ["ROW_SECONDS", "Service", "ThreadRow"]
+__all__ = ["ROW_SECONDS", "UNBOUND", "Service", "ThreadRow"]
+
+UNBOUND = ""
+"""The assistant of a thread created without one: its first run binds it (``bind_thread``)."""
 
 ROW_SECONDS = 5.0
 """How long a process trusts a thread row it read (one deleted elsewhere meanwhile still shows)."""
@@ -125,6 +129,16 @@ class Service:
             )
         return changed > 0
 
+    def bind_thread(self, thread_id: str, assistant_id: str) -> bool:
+        """Give a thread created without an assistant its first run's; False if it has one."""
+        changed = self.db.execute(
+            "UPDATE handrail_server_threads SET assistant_id = ? WHERE thread_id = ? AND assistant_id = ?",
+            (assistant_id, thread_id, UNBOUND),
+        )
+        with self._rows_lock:
+            self._rows.pop(thread_id, None)
+        return changed > 0
+
     def drop_thread(self, thread_id: str) -> bool:
         """Forget the service's row for a thread; whether there was one."""
         with self._rows_lock:
@@ -134,8 +148,10 @@ class Service:
     async def owner(self, thread_id: str) -> tuple[str, Agent, ThreadRow | None]:
         """The assistant a thread belongs to, its agent and row; 404 for an unknown thread."""
         row = await self.athread_row(thread_id)
-        if row is not None:
+        if row is not None and row.assistant_id != UNBOUND:
             return row.assistant_id, self.agent(row.assistant_id), row
+        if row is not None:  # not run yet: the first agent reads it, its first run binds it
+            return self.default_assistant, self.agents[self.default_assistant], row
         assistant = self.default_assistant
         agent = self.agents[assistant]
         store = agent.checkpointer

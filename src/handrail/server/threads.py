@@ -22,7 +22,7 @@ from handrail.checkpoint.base import ThreadRecord
 from handrail.server.auth import caller
 from handrail.server.problems import Problem
 from handrail.server.runs import RunRegistry
-from handrail.server.service import Service
+from handrail.server.service import UNBOUND, Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import state_of, to_wire
 
@@ -141,13 +141,17 @@ async def create_thread(
     thread_id = body.get("thread_id") or str(uuid.uuid4())
     if not isinstance(thread_id, str):
         raise Problem(422, "'thread_id' must be a string")
-    assistant = metadata.get("graph_id") or metadata.get("assistant_id") or service.default_assistant
-    service.agent(str(assistant))
+    # named, or left for the thread's first run to choose (as LangGraph's server does)
+    assistant = metadata.get("graph_id") or metadata.get("assistant_id") or UNBOUND
+    if assistant != UNBOUND:
+        service.agent(str(assistant))
     if body.get("if_exists") not in (None, "raise", "do_nothing"):
         raise Problem(422, f"if_exists={body['if_exists']!r} is not supported; use 'raise' or 'do_nothing'")
     exists = await service.athread_row(thread_id) is not None
     if not exists:
-        store = service.agents[str(assistant)].checkpointer
+        store = service.agents[
+            service.default_assistant if assistant == UNBOUND else str(assistant)
+        ].checkpointer
         exists = store is not None and await store.aget_thread(thread_id) is not None
     if exists:
         if body.get("if_exists") == "do_nothing":
