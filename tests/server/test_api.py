@@ -55,6 +55,24 @@ async def test_every_request_needs_a_valid_credential(service: Service, client: 
     assert (await client.get("/handrail/inbox", headers={"x-api-key": token})).status_code == 200
 
 
+async def test_a_token_revoked_by_another_process_is_refused_within_a_second(
+    service: Service, client: httpx.AsyncClient, monkeypatch: Any
+) -> None:
+    """A service trusts a token it verified for REMEMBER_SECONDS; revoked elsewhere (the
+    tokens command, another service), it is refused once that time has passed."""
+    import time
+
+    from handrail.server import tokens as module
+    from handrail.server.tokens import REMEMBER_SECONDS, TokenStore
+
+    headers = service.token("erin", "dba")
+    assert (await client.get("/handrail/inbox", headers=headers)).status_code == 200
+    TokenStore(service.db).revoke("erin")  # as 'handrail tokens revoke' would, from elsewhere
+    later = time.monotonic() + REMEMBER_SECONDS + 0.01
+    monkeypatch.setattr(module, "_clock", lambda: later)
+    problem(await client.get("/handrail/inbox", headers=headers), 401)
+
+
 async def test_tokens_are_stored_hashed(service: Service) -> None:
     """Credentials: the token itself is never stored."""
     _, token = service.tokens.create("dana", ["ops"])

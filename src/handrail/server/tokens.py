@@ -29,6 +29,8 @@ __all__ = ["REMEMBER_SECONDS", "Credential", "TokenStore"]
 REMEMBER_SECONDS = 1.0
 """How long a service process trusts a token it verified before it reads the row again."""
 
+_clock = time.monotonic  # what REMEMBER_SECONDS is measured by
+
 _TOKEN = re.compile(r"^hr_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 
@@ -121,7 +123,7 @@ class TokenStore:
         if not isinstance(token, str) or len(token) > 80:
             return None
         found = self._verified.get(self._digest(token))
-        if found is None or found[1] < time.monotonic():
+        if found is None or found[1] < _clock():
             return None
         return found[0]
 
@@ -143,7 +145,7 @@ class TokenStore:
         credential = _credential(row[:5])
         if len(self._verified) > 10_000:
             self._verified.clear()
-        self._verified[digest] = (credential, time.monotonic() + REMEMBER_SECONDS)
+        self._verified[digest] = (credential, _clock() + REMEMBER_SECONDS)
         return credential
 
 
