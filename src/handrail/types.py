@@ -123,13 +123,15 @@ class AuditEntry:
       for answers saved before channels were recorded);
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit),
       ``proposed`` is the call as the model proposed it;
-    * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with.
+    * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with;
+    * ``"run_failed"`` - a run stopped on an error after it had saved some of its work:
+      ``value`` is ``{"run_id", "error"}``.
     """
 
     thread_id: str
     seq: int
     at: datetime
-    event: Literal["review_requested", "answered", "tool_started", "tool_finished"]
+    event: Literal["review_requested", "answered", "tool_started", "tool_finished", "run_failed"]
     interrupt_id: str | None = None
     kind: str | None = None
     value: Any = None

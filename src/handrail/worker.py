@@ -19,8 +19,10 @@ Rule W3 - a worker takes only its own agents' threads: those whose metadata
     ``assistant_id`` names an agent it hosts; its first agent also takes the threads
     that have none (a Python program's own).
 Rule W4 - a failed run is not retried by the worker (a model that is down would be
-    called forever). The worker logs the error; the thread keeps what the run saved,
-    and ``invoke(None, config)`` (or a ``runs.create`` through the service) runs it again.
+    called forever). The thread keeps what the run saved and says why it stopped (a
+    ``failed`` event in its audit trail, ``run.finished`` with ``"status": "error"`` in
+    the feed); ``invoke(None, config)`` (or a ``runs.create`` through the service) runs
+    it again from there.
 Rule W5 - workers wake when a thread is queued (PostgreSQL ``LISTEN``; the process's
     own stores at once) and look every ``poll`` seconds anyway, for other processes'
     queues on SQLite and for the runs of dead processes.

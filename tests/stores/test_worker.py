@@ -11,6 +11,7 @@ import pytest
 from _stores import Location, build_agent, config, finished, log_lines, start
 
 from handrail import HumanInTheLoopMiddleware, InMemorySaver, ScriptedModel, create_agent
+from handrail.checkpoint.serde import loads
 from handrail.errors import ConfigurationError
 from handrail.worker import Worker
 
@@ -83,7 +84,7 @@ async def test_a_worker_takes_only_its_own_agents_threads(location: Location, tm
 
 
 async def test_a_failed_run_is_left_with_its_reason_not_retried(location: Location, tmp_path: Path) -> None:
-    """Rule W4: the model fails after the tool ran; the worker logs it and goes on."""
+    """Rule W4: the model fails after the tool ran; the worker goes on, the thread says why."""
 
     def broken(messages: list[Any]) -> Any:
         raise RuntimeError("the model's service is down")
@@ -110,8 +111,12 @@ async def test_a_failed_run_is_left_with_its_reason_not_retried(location: Locati
     await worker.stop()
     await running
     assert worker.ran == 1 and len(model.calls) == 2
-    assert [e.kind for e in saver.read_feed(end)] == ["review.decided"]  # and no run of its own
+    told = [(e.kind, loads(e.data)) for e in saver.read_feed(end)]
+    assert [kind for kind, _ in told] == ["review.decided", "run.finished"]
+    assert (told[1][1]["status"], told[1][1]["thread_status"]) == ("error", "running")
     assert saver.claim_queued("run-again") is None
+    (failed,) = [e for e in agent.get_audit_trail(config("t1")) if e.event == "run_failed"]
+    assert failed.value["error"] == "RuntimeError: the model's service is down"
     state = agent.get_state(config("t1"))
     assert state.values["messages"][-1].content == "noted"  # what the run saved stays
 

@@ -29,6 +29,9 @@ and reused, so a small payload costs a microsecond or two); ``0x03`` Zstandard a
 ``0x02`` zlib against the raw strings of format v1 (written before; still read). A
 dictionary is part of the storage format: it is never edited, only superseded by a
 new marker byte.
+``failed``        a run stopped on an error after it had saved something: ``{"run_id",
+                  "error"}``; the state is what the run saved, and the thread goes on
+                  from there (``invoke(None, config)``)
 ``branch``        time travel: the state goes back to the fold at ``{"from_seq"}``
 ``snapshot``      left by pruning in place of an old checkpoint: ``{"state"}`` is the whole
                   fold at that point. A reading starts at the last snapshot; the events
@@ -80,10 +83,11 @@ EVENT_KINDS = frozenset(
         "tool_finished",
         "branch",
         "snapshot",
+        "failed",
     }
 )
 CHECKPOINT_KINDS = frozenset({"input", "step", "update", "branch", "snapshot"})
-AUDIT_KINDS = frozenset({"interrupt", "resume", "tool_started", "tool_finished"})
+AUDIT_KINDS = frozenset({"interrupt", "resume", "tool_started", "tool_finished", "failed"})
 """The events pruning keeps: every review request, answer and tool run."""
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
@@ -97,6 +101,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "tool_finished": ("message",),
     "branch": ("from_seq",),
     "snapshot": ("state",),
+    "failed": ("error",),
 }
 
 

@@ -376,6 +376,9 @@ class ThreadFold:
         self.task_results[task] = message
         self.started.pop(task, None)
 
+    def _apply_failed(self, data: dict[str, Any], event: Event) -> None:
+        _str(data["error"])  # a record for the audit trail: the state is what the run saved
+
     def _apply_branch(self, data: dict[str, Any], event: Event) -> None:
         raise ValueError("branch events are applied by the loader, which refolds the log")
 

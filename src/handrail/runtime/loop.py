@@ -117,6 +117,12 @@ def run(env: Env, request: RunRequest) -> Gen:
     )
     try:
         return (yield from _run_steps(env, request, fold, events))
+    except Exception as exc:
+        if env.appends and not env.broken:  # the run changed the thread: say why it stopped there
+            reason = f"{type(exc).__name__}: {exc}"
+            failed = {"run_id": env.run_id, "error": reason if len(reason) <= 2000 else reason[:1997] + "..."}
+            buffer(env, [Event("failed", failed)])
+        raise
     finally:
         if env.buffer and not env.broken:
             try:

@@ -257,6 +257,16 @@ def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) 
                 proposed=call or None,
             )
         ]
+    if event.kind == "failed":
+        return [
+            AuditEntry(
+                thread_id=thread_id,
+                seq=event.seq,
+                at=at,
+                event="run_failed",
+                value={"run_id": data.get("run_id"), "error": data["error"]},
+            )
+        ]
     message: BaseMessage = data["message"]
     if not isinstance(message, ToolMessage):
         raise TypeError("a tool_finished event must hold a ToolMessage")
