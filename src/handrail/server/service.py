@@ -1,4 +1,4 @@
-"""What the service holds: the served agents, credentials, threads' assistants, runs.
+"""What the service holds: the served agents, credentials and sessions, threads' assistants, runs.
 
 A thread belongs to the assistant (served agent) it was created for; the service keeps
 that, and the metadata a client gave when creating it, in ``handrail_server_threads``.
@@ -18,6 +18,7 @@ import orjson
 from handrail.agent import Agent
 from handrail.server.db import ServerDB
 from handrail.server.problems import Problem
+from handrail.server.sessions import SessionStore
 from handrail.server.tokens import TokenStore
 
 __all__ = ["Service", "ThreadRow"]
@@ -40,6 +41,7 @@ class Service:
     agents: dict[str, Agent]
     db: ServerDB
     tokens: TokenStore = field(init=False)
+    sessions: SessionStore = field(init=False)
     events: Any = None  # events.EventLog
     runs: Any = None  # runs.RunRegistry, set by create_app
 
@@ -49,6 +51,7 @@ class Service:
         from handrail.server.events import EventLog
 
         self.tokens = TokenStore(self.db)
+        self.sessions = SessionStore(self.db, self.tokens)
         self.events = EventLog(self.db)
 
     def agent(self, assistant_id: str) -> Agent:
