@@ -87,6 +87,8 @@ def test_another_reviewer_rejects_with_a_message_and_the_row_leaves_other_pages(
     paused = web.run(bob, "sql DROP TABLE invoices")
     watcher = pages(web, dana)
     expect(row(watcher, paused.interrupt_id)).to_be_visible()
+    looking = pages(web, dana)
+    visit(looking, web.url + paused.review_url)
     page = pages(web, bob)
     visit(page, web.url + paused.review_url)
     assert page.get_by_label("Edit").count() == 0  # only the decisions the policy allows
@@ -98,6 +100,9 @@ def test_another_reviewer_rejects_with_a_message_and_the_row_leaves_other_pages(
         "User rejected the tool call for `execute_sql` with reason: Not on a Friday.", timeout=5000
     )
     expect(row(watcher, paused.interrupt_id)).to_have_count(0, timeout=5000)  # gone, no reload
+    notice = looking.locator("#live-notice")
+    expect(notice).to_contain_text("bob just decided this review (through web)", timeout=5000)
+    expect(notice.get_by_role("link", name="See what was decided")).to_be_visible()
     (entry,) = answered(web, bob, paused.thread_id)
     assert entry["value"] == {"decisions": [{"type": "reject", "message": "Not on a Friday."}]}
 

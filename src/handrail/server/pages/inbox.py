@@ -150,6 +150,11 @@ def row_of(item: Mapping[str, Any]) -> dict[str, Any]:
         "kind": item.get("kind"),
         "created_at": item["created_at"],
         "agent": (item.get("metadata") or {}).get("assistant_id"),
+        "metadata": " ".join(
+            f"{k}={v if isinstance(v, str) else json_text(v, indent=False)}"
+            for k, v in (item.get("metadata") or {}).items()
+            if k not in ("assistant_id", "graph_id")
+        ),
         "markers": _markers(item),
         "url": f"/inbox/reviews/{path_part(thread)}/{path_part(interrupt)}",
         "thread_url": f"/inbox/threads/{path_part(thread)}",
