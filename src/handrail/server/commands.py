@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 from pathlib import Path
@@ -97,7 +98,13 @@ def _server_db(args: argparse.Namespace) -> Any:
 
     if args.postgres is not None:
         return ServerDB.open(postgres=args.postgres, schema=args.schema)
-    return ServerDB.open(db_path=args.db or DEFAULT_DB)
+    path = args.db or DEFAULT_DB
+    # The store's tables first: the SQLite store refuses a file whose handrail_* objects it did
+    # not make, so a token made on a fresh file would otherwise keep 'handrail serve' from starting.
+    from handrail.checkpoint.sqlite import SqliteSaver
+
+    SqliteSaver(path).close()
+    return ServerDB.open(db_path=path)
 
 
 def _tokens(args: argparse.Namespace, console: Console) -> int:
@@ -214,6 +221,11 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"Create a first credential: handrail tokens create --name NAME --role ROLE{flags}", soft_wrap=True
     )
+    # What was loaded to get here (the modules, the app, the agents) stays for the whole
+    # life of the process: out of the collector's full passes, which otherwise walk it all and
+    # stall a request now and then (about 100 ms on a busy two-core machine, bench/service.py).
+    gc.collect()
+    gc.freeze()
     try:
         server.run(sockets=[sock])
     finally:
