@@ -12,7 +12,9 @@ serve`` process on SQLite and on PostgreSQL:
 * **answers/s, 50 reviewers** - 50 client threads answering paused threads at once
   (PostgreSQL);
 * **inbox page** - ``GET /handrail/inbox?limit=50`` over N paused threads (with and
-  without the last messages of each item).
+  without the last messages of each item);
+* **web inbox page** - the reviewers' page ``GET /inbox`` (50 rows) over 100,000 paused
+  threads: its ``Server-Timing`` and the whole request (``--web-inbox-threads``).
 
 LangGraph's own server (``langgraph dev``) is not measured here yet.
 
@@ -210,12 +212,87 @@ def inbox_page(url: str, token: str, messages: int, times: int) -> list[float]:
         return timed(lambda: http.get("/handrail/inbox", params={"limit": 50, "messages": messages}), times)
 
 
+def web_inbox_page(threads: int, times: int = 50) -> list[tuple[str, str, str]]:
+    """The web inbox's page of 50 rows (``GET /inbox``, signed in) over ``threads`` paused threads.
+
+    Self-contained: for each store, one thread paused by the agent for real is copied
+    ``threads`` times with new ids (its events and record, through the store's own
+    ``append``), then a real ``handrail serve`` is timed: the page's ``Server-Timing``
+    (from the request reaching the page's code to the page made) and the whole request.
+    """
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fill(store: Store) -> None:
+        agent = _service_agent.build(store.saver())
+        saver = agent.checkpointer
+        agent.invoke({"messages": ["go"]}, {"configurable": {"thread_id": "web-template"}})
+        template = saver.read("web-template")
+        saver.delete_thread("web-template")
+        now = time.time()
+
+        def copy(i: int) -> None:
+            at = now - (threads - i) * 0.01
+            events = [dataclasses.replace(e, created_at=at) for e in template.events]
+            pending = tuple(dataclasses.replace(p, created_at=at) for p in template.record.pending)
+            record = dataclasses.replace(
+                template.record,
+                thread_id=f"web-{i:06d}",
+                epoch=uuid.uuid4().hex,
+                created_at=at,
+                updated_at=at,
+                pending=pending,
+            )
+            saver.append(record.thread_id, events, expected_seq=0, record=record, durable=False)
+
+        with ThreadPoolExecutor(4 if store.kind == "postgres" else 1) as pool:
+            list(pool.map(copy, range(threads), chunksize=256))
+        saver.close()
+
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for kind in ("sqlite", "postgres"):
+            store = Store(kind, Path(folder))
+            try:
+                started = time.perf_counter()
+                fill(store)
+                print(
+                    f"  {kind}: {threads:,} paused threads in {time.perf_counter() - started:.0f} s",
+                    flush=True,
+                )
+                with serve(store) as (url, token), httpx.Client(base_url=url, timeout=60) as http:
+                    form = http.get("/inbox/signin").text
+                    csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+                    assert csrf is not None
+                    http.post("/inbox/signin", data={"csrf": csrf.group(1), "token": token})
+                    made: list[float] = []
+                    whole: list[float] = []
+                    for _ in range(times + 5):  # the first few warm the templates and caches
+                        start = time.perf_counter()
+                        reply = http.get("/inbox")
+                        whole.append(time.perf_counter() - start)
+                        assert reply.status_code == 200 and reply.text.count('<tr class="row"') == 50, (
+                            reply.text[:500]
+                        )
+                        made.append(float(reply.headers["server-timing"].split("dur=")[1]) / 1000)
+                made, whole = made[5:], whole[5:]
+                label = f"web inbox page, 50 rows over {threads:,} paused threads"
+                rows.append((kind, label + " (server-side)", f"{pct(made, 0.5):.2f} / {pct(made, 0.99):.2f}"))
+                rows.append(
+                    (kind, label + " (whole request)", f"{pct(whole, 0.5):.2f} / {pct(whole, 0.99):.2f}")
+                )
+            finally:
+                store.drop()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--answers", type=int, default=200)
     parser.add_argument("--inbox-threads", type=int, default=10_000)
     parser.add_argument("--reviewers", type=int, default=50)
+    parser.add_argument("--web-inbox-threads", type=int, default=100_000, help="0: skip the web inbox rows")
     args = parser.parse_args()
     rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory() as folder:
@@ -262,6 +339,8 @@ def main() -> None:
                     )
             finally:
                 store.drop()
+    if args.web_inbox_threads:
+        rows += web_inbox_page(args.web_inbox_threads)
     width = max(len(r[1]) for r in rows)
     print(f"{'store':9} {'measure':{width}}  p50 / p99 ms (or as named)")
     for kind, label, value in rows:
