@@ -9,6 +9,8 @@ checked with axe-core (no serious or critical violations).
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from conftest import PG_DSN, Web, accessible, drop_schema, postgres_schema, serving
+from conftest import HERE, PG_DSN, Watched, Web, accessible, drop_schema, postgres_schema, serving
 
 ALICE = ("alice", "support")
 BOB = ("bob", "dba")
@@ -298,11 +300,6 @@ def test_phone_width_pages_fit_and_pass_the_accessibility_check(web: Web, pages:
 
 
 def test_a_one_time_link_signs_in_once_and_signing_out_ends_the_session(web: Web, browser: Any) -> None:
-    import subprocess
-    import sys
-
-    from conftest import HERE, Watched
-
     web.token(*ALICE)
     done = subprocess.run(
         [sys.executable, "-m", "handrail", "tokens", "link", "alice", "--url", web.url, *web.flags],
