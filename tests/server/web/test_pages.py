@@ -160,7 +160,17 @@ async def test_sign_in_refuses_a_bad_token_a_missing_csrf_token_and_another_orig
     assert (
         await client.post("/inbox/signin", data={"csrf": csrf(form.text), "token": token}, headers=cross)
     ).status_code == 403
+    null = {"origin": "null"}
+    assert (
+        await client.post("/inbox/signin", data={"csrf": csrf(form.text), "token": token}, headers=null)
+    ).status_code == 403
     assert "handrail_session" not in client.cookies
+    # Behind a proxy that ends TLS the browser's origin is https while the service sees http.
+    proxied = {"origin": "https://handrail.test", "sec-fetch-site": "same-origin"}
+    reply = await client.post(
+        "/inbox/signin", data={"csrf": csrf(form.text), "token": token}, headers=proxied
+    )
+    assert reply.status_code == 303 and "handrail_session" in client.cookies
 
 
 @pytest.mark.parametrize(

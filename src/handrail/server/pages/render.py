@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import starlette.staticfiles
 from fastapi import Request
@@ -224,12 +224,17 @@ async def read_form(request: Request) -> dict[str, list[str]]:
 
 
 def check_csrf(request: Request, form: dict[str, list[str]], expected: str) -> None:
-    """Refuse (403) a form without the page's CSRF token, or sent from another site."""
+    """Refuse (403) a form without the page's CSRF token, or sent from another site.
+
+    Besides the token: a browser's ``Sec-Fetch-Site: cross-site``, or an ``Origin`` whose
+    host is not the request's ``Host``, is refused. The scheme is not compared: behind a
+    proxy that ends TLS the service may see http where the browser saw https.
+    """
     origin = request.headers.get("origin")
-    own = f"{request.url.scheme}://{request.url.netloc}"
     cross = request.headers.get("sec-fetch-site") == "cross-site"
+    elsewhere = origin is not None and urlsplit(origin).netloc != request.headers.get("host", "")
     sent = (form.get("csrf") or [""])[-1]
-    if cross or (origin is not None and origin != own) or not _same(expected, sent):
+    if cross or elsewhere or not _same(expected, sent):
         raise Problem(
             403,
             "This form expired or came from another site, so nothing was done. "
