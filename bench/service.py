@@ -27,8 +27,9 @@ Measured (p50 / p99 of the samples of every round; rates: the median round):
 * **answers/s, 50 reviewers** - 50 client threads, one SDK client each, answering
   paused threads at once (the same calls), and each request's latency meanwhile;
 * **inbox page over N paused threads** - handrail: ``GET /handrail/inbox?limit=50``
-  (without and with each item's last 3 messages); both: ``threads.search(status=
-  "interrupted", limit=50)``.
+  (without and with each item's last 3 messages) and the reviewers' web page ``GET
+  /inbox`` (50 rows, signed in: its ``Server-Timing`` and the whole request); both:
+  ``threads.search(status="interrupted", limit=50)``.
 
 Paused threads: handrail's are paused for real by the library on the served store (a
 first pause costs about a millisecond). LangGraph's dev server starts about one queued
@@ -557,6 +558,25 @@ def inbox_page(client: Any, messages: int) -> Any:
     return client.http.get("/handrail/inbox", params={"limit": 50, "messages": messages})
 
 
+def web_inbox_page(server: HandrailServer, count: int) -> tuple[list[float], list[float]]:
+    """The reviewers' web page ``GET /inbox`` (50 rows), signed in: its ``Server-Timing``
+    (from the request reaching the page's code to the page made) and the whole request."""
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        form = http.get("/inbox/signin").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf is not None
+        http.post("/inbox/signin", data={"csrf": csrf.group(1), "token": server.token})
+        made: list[float] = []
+        whole: list[float] = []
+        for _ in range(count + 5):  # the first few warm the templates and caches
+            started = time.perf_counter()
+            reply = http.get("/inbox")
+            whole.append(time.perf_counter() - started)
+            assert reply.status_code == 200 and reply.text.count('<tr class="row"') == 50, reply.text[:500]
+            made.append(float(reply.headers["server-timing"].split("dur=")[1]) / 1000)
+    return made[5:], whole[5:]
+
+
 def pages(action: Callable[[], Any], count: int) -> list[float]:
     action()  # warm
     return [timed(action)[0] for _ in range(count)]
@@ -716,6 +736,9 @@ def run(
                             results.add(
                                 f"inbox{messages}/{name}", pages(partial(inbox_page, client, messages), count)
                             )
+                        made, whole = web_inbox_page(handrail[name], count)
+                        results.add(f"web/{name}", made)
+                        results.add(f"web-whole/{name}", whole)
                     print(f"  round {r + 1}: load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         if langgraph is not None:
@@ -780,6 +803,8 @@ def table(results: Results, config: dict[str, Any], systems: list[str], load: li
         (f"request latency, {config['reviewers']} reviewers at once", "crowd-latency", "crowd-latency", None),
         (f"inbox page of 50 over {n:,} paused threads (GET /handrail/inbox)", "inbox0", "search", None),
         ("  the same with each item's last 3 messages", "inbox3", "search", None),
+        ("  the reviewers' web page GET /inbox, 50 rows (server-side, Server-Timing)", "web", "search", None),
+        ("  the same, the whole request", "web-whole", "search", None),
         (f"threads.search(status='interrupted', limit=50) over {n:,}", "search", "search", None),
     ]
     for label, key, lg_key, library in spec:

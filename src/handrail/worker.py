@@ -111,6 +111,10 @@ class Worker:
         self._full = False  # the last look stopped at the concurrency limit: there may be more
         self.ran = 0  # runs finished (for logs and tests)
 
+    def running(self, thread_id: str) -> bool:
+        """Whether this worker is running a run of ``thread_id`` now."""
+        return any(key.startswith(thread_id + "\x00") for key in self._running)
+
     def wake(self) -> None:
         """Look for queued threads now (call it from the worker's event loop)."""
         if self._wake is not None:

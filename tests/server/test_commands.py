@@ -34,11 +34,28 @@ def test_a_token_made_before_the_service_first_ran_leaves_the_file_usable(tmp_pa
         assert saver.get_thread("t") is None
 
 
+def test_a_token_made_on_a_fresh_file_leaves_it_to_the_service(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from handrail.checkpoint.sqlite import SqliteSaver
+
+    db = str(tmp_path / "fresh.db")
+    assert main(["tokens", "create", "--name", "alice", "--db", db]) == 0
+    assert main(["tokens", "link", "alice", "--db", db, "--url", "https://review.example"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("https://review.example/inbox/link/")
+    SqliteSaver(db).close()  # what 'handrail serve --db' opens first: not refused
+    assert main(["tokens", "link", "alice", "--db", db, "--url", "ftp://x"]) == 1
+    assert "--url must start with http:// or https://" in capsys.readouterr().err
+    assert main(["tokens", "link", "alice", "--db", db, "--minutes", "0"]) == 1
+    assert "at most 7 days" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["tokens", "create", "--name", "bad name!"], "a token's name"),
         (["tokens"], "choose an action"),
+        (["tokens", "link", "nobody"], "no live token with name or id 'nobody'"),
         (["serve", "nomodule_here:agent"], "cannot import"),
         (["serve", "served_agent"], "module:attribute"),
         (["serve", "served_agent:RAN"], "not an Agent"),

@@ -1,4 +1,4 @@
-"""The FastAPI application: routers, problem details, the body limit.
+"""The FastAPI application: routers, the web inbox's pages, problem details, the body limit.
 
 Example::
 
@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from handrail.agent import Agent
-from handrail.server import events, reviews, runs, threads
+from handrail.server import events, pages, reviews, runs, threads
 from handrail.server.db import ServerDB
 from handrail.server.events import LiveFeed
 from handrail.server.problems import BodyLimit, install
@@ -95,6 +95,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(reviews.router)
     app.include_router(events.router)
+    pages.install(app)  # the web inbox, under /inbox
 
     @app.get("/ok", tags=["meta"])
     async def ok() -> dict[str, bool]:

@@ -3,6 +3,13 @@
 A token comes as ``Authorization: Bearer <token>`` or, for the LangGraph SDKs,
 ``x-api-key: <token>``. The identity handrail records for an answer is the token's
 (rule 11); nothing in a request body can name another one.
+
+A browser signed in to the web inbox holds a session cookie instead (``sessions.py``).
+The pages read it (:func:`session_credential`), and so do the API's reads - ``GET``
+and ``HEAD`` only, such as the live inbox ``GET /handrail/events`` that a page's
+``EventSource`` opens without headers. A write through the JSON API always needs a
+token: a cookie alone never changes anything there (the pages' own forms carry a CSRF
+token as well).
 """
 
 from __future__ import annotations
@@ -12,9 +19,22 @@ import asyncio
 from fastapi import Request
 
 from handrail.server.problems import Problem
+from handrail.server.sessions import SESSION_COOKIE
 from handrail.server.tokens import Credential
 
-__all__ = ["caller"]
+__all__ = ["caller", "session_credential"]
+
+_READS = frozenset({"GET", "HEAD"})
+
+
+def session_credential(request: Request) -> Credential | None:
+    """The credential of the request's session cookie, if it has a live one."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if not cookie:
+        return None
+    found = request.app.state.service.sessions.credential(cookie)
+    assert found is None or isinstance(found, Credential)
+    return found
 
 
 async def caller(request: Request) -> Credential:
@@ -26,6 +46,9 @@ async def caller(request: Request) -> Credential:
     header = request.headers.get("authorization", "")
     token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
     if not token:
+        signed_in = session_credential(request) if request.method in _READS else None
+        if signed_in is not None:
+            return signed_in
         raise Problem(
             401,
             "this service needs a credential: send 'Authorization: Bearer <token>' or 'x-api-key: <token>' "

@@ -1,4 +1,4 @@
-"""The service's commands: ``handrail serve``, ``handrail worker`` and ``handrail tokens ...``.
+"""The service's commands: ``handrail serve``, ``handrail worker``, ``handrail tokens ...``.
 
 ``cli.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
 """
@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ def add_commands(commands: Any) -> None:
     """Add ``serve`` and ``tokens`` to the ``handrail`` command's subparsers."""
     serve = commands.add_parser(
         "serve",
-        help="serve agents over HTTP: the LangGraph SDKs' API and the reviewers' inbox",
+        help="serve agents over HTTP: the LangGraph SDKs' API, the reviewers' inbox and its web pages",
         description="Start the review service (FastAPI on uvicorn). Every request needs a token: "
         "create one with 'handrail tokens create --name NAME --role ROLE'.",
     )
@@ -89,6 +91,20 @@ def add_commands(commands: Any) -> None:
     revoke = actions.add_parser("revoke", help="revoke a token by id, or every token of a name")
     revoke.add_argument("token", metavar="ID_OR_NAME")
     _store_flags(revoke)
+    link = actions.add_parser(
+        "link",
+        help="print a one-time link that signs a reviewer in to the web inbox",
+        description="Print a link that signs NAME in to the web inbox once, as their newest live "
+        "token (or the token with this id). It works once, for --minutes.",
+    )
+    link.add_argument("token", metavar="NAME_OR_ID")
+    link.add_argument(
+        "--url",
+        default=None,
+        help="where reviewers reach the service (default: $HANDRAIL_URL or http://127.0.0.1:8000)",
+    )
+    link.add_argument("--minutes", type=float, default=15.0, help="how long the link works (default: 15)")
+    _store_flags(link)
 
 
 class CommandError(ValueError):
@@ -121,7 +137,7 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
     from handrail.server.tokens import TokenStore
 
     if args.tokens_command is None:
-        raise CommandError("choose an action: tokens create, tokens list or tokens revoke")
+        raise CommandError("choose an action: tokens create, tokens list, tokens revoke or tokens link")
     db = _server_db(args)
     try:
         tokens = TokenStore(db)
@@ -149,6 +165,8 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
                 )
             console.print(table)
             return 0
+        if args.tokens_command == "link":
+            return _link(db, tokens, args, console)
         revoked = tokens.revoke(args.token)
         if not revoked:
             raise CommandError(f"no live token with id or name {args.token!r} (see 'handrail tokens list')")
@@ -157,6 +175,32 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
         return 0
     finally:
         db.close()
+
+
+def _link(db: Any, tokens: Any, args: argparse.Namespace, console: Console) -> int:
+    from handrail.server.sessions import SessionStore
+
+    credential = tokens.live(args.token)
+    if credential is None:
+        raise CommandError(
+            f"no live token with name or id {args.token!r}: make one first with "
+            f"'handrail tokens create --name {args.token} --role ROLE'"
+        )
+    base = args.url or os.environ.get("HANDRAIL_URL") or "http://127.0.0.1:8000"
+    if not base.startswith(("http://", "https://")):
+        raise CommandError(f"--url must start with http:// or https://, got {base!r}")
+    try:
+        link = SessionStore(db, tokens).link(credential, seconds=args.minutes * 60)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    roles = ", ".join(credential.roles) or "none"
+    console.print(
+        f"A one-time sign-in link for {escape(credential.name)} (roles: {escape(roles)}), "
+        f"valid for {args.minutes:g} minutes; it works once:",
+        soft_wrap=True,
+    )
+    console.print(link.url(base), soft_wrap=True, highlight=False, markup=False)
+    return 0
 
 
 def _serve(args: argparse.Namespace, console: Console) -> int:
@@ -186,10 +230,16 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         f"handrail serving {', '.join(names)} on http://{args.host}:{port} (threads in {where})",
         soft_wrap=True,
     )
-    console.print(f"API docs: http://{args.host}:{port}/docs", soft_wrap=True)
+    where_at = f"http://{args.host}:{port}"
+    console.print(f"API docs: {where_at}/docs · web inbox: {where_at}/inbox", soft_wrap=True)
     console.print(
         f"Create a first credential: handrail tokens create --name NAME --role ROLE{flags}", soft_wrap=True
     )
+    # What was loaded to get here (the modules, the app, the agents) stays for the whole
+    # life of the process: out of the collector's full passes, which otherwise walk it all and
+    # stall a request now and then (about 100 ms on a busy two-core machine, bench/service.py).
+    gc.collect()
+    gc.freeze()
     try:
         server.run(sockets=[sock])
     finally:

@@ -1,8 +1,9 @@
 """The service's own tables, beside the agent's store (SQLite file or PostgreSQL database).
 
 The store's tables belong to the checkpointer; the service keeps what only it needs -
-credentials, the assistant each thread was created for - in tables of its own, named
-``handrail_server_*``, through its own connection. SQL is written once with ``?``
+credentials, browser sessions and one-time sign-in links, the assistant each thread
+was created for - in tables of its own, named ``handrail_server_*``, through its own
+connection. SQL is written once with ``?``
 placeholders; for PostgreSQL they become ``%s``.
 """
 
@@ -28,6 +29,19 @@ _SCHEMA = [
         digest TEXT NOT NULL,
         created_at DOUBLE PRECISION NOT NULL,
         revoked_at DOUBLE PRECISION
+    )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_sessions (
+        digest TEXT PRIMARY KEY,
+        token_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_links (
+        digest TEXT PRIMARY KEY,
+        token_id TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        used_at DOUBLE PRECISION
     )""",
     """CREATE TABLE IF NOT EXISTS handrail_server_threads (
         thread_id TEXT PRIMARY KEY,

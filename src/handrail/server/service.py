@@ -1,4 +1,4 @@
-"""What the service holds: the served agents, credentials, threads' assistants, runs.
+"""What the service holds: the served agents, credentials and sessions, threads' assistants, runs.
 
 A thread belongs to the assistant (served agent) it was created for; the service keeps
 that, and the metadata a client gave when creating it, in ``handrail_server_threads``.
@@ -24,6 +24,7 @@ import orjson
 from handrail.agent import Agent
 from handrail.server.db import ServerDB
 from handrail.server.problems import Problem
+from handrail.server.sessions import SessionStore
 from handrail.server.tokens import TokenStore
 
 __all__ = ["ROW_SECONDS", "UNBOUND", "Service", "ThreadRow"]
@@ -52,6 +53,7 @@ class Service:
     agents: dict[str, Agent]
     db: ServerDB
     tokens: TokenStore = field(init=False)
+    sessions: SessionStore = field(init=False)
     runs: Any = None  # runs.RunRegistry, set by create_app
     live: Any = None  # events.LiveFeed, set by create_app
     worker: Any = None  # handrail.worker.Worker, set by create_app
@@ -62,6 +64,7 @@ class Service:
         self.tokens = TokenStore(self.db)
         self._rows: OrderedDict[str, tuple[ThreadRow, float]] = OrderedDict()
         self._rows_lock = threading.Lock()  # rows are read on the loop and in worker threads
+        self.sessions = SessionStore(self.db, self.tokens)
 
     def agent(self, assistant_id: str) -> Agent:
         """The agent served as ``assistant_id``; 404 when there is none."""

@@ -24,7 +24,7 @@ import orjson
 
 from handrail.server.db import ServerDB
 
-__all__ = ["REMEMBER_SECONDS", "Credential", "TokenStore"]
+__all__ = ["REMEMBER_SECONDS", "Credential", "TokenStore", "database_key"]
 
 REMEMBER_SECONDS = 1.0
 """How long a service process trusts a token it verified before it reads the row again."""
@@ -63,17 +63,9 @@ class TokenStore:
 
     def __init__(self, db: ServerDB) -> None:
         self._db = db
-        self._key = self._load_key()
+        self._key = database_key(db, "token_hmac")
         # verified tokens by their keyed hash: (credential, until when, by the monotonic clock)
         self._verified: dict[str, tuple[Credential, float]] = {}
-
-    def _load_key(self) -> bytes:
-        self._db.execute(
-            "INSERT INTO handrail_server_keys (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-            ("token_hmac", secrets.token_hex(32)),
-        )
-        (row,) = self._db.query("SELECT value FROM handrail_server_keys WHERE name = ?", ("token_hmac",))
-        return bytes.fromhex(str(row[0]))
 
     def _digest(self, token: str) -> str:
         return hmac.new(self._key, token.encode(), hashlib.sha256).hexdigest()
@@ -127,6 +119,21 @@ class TokenStore:
             return None
         return found[0]
 
+    def by_id(self, token_id: str) -> Credential | None:
+        """The live credential of the token with this id (None when unknown or revoked)."""
+        rows = self._db.query(
+            "SELECT id, name, roles, created_at, revoked_at FROM handrail_server_tokens WHERE id = ?",
+            (token_id,),
+        )
+        if not rows or rows[0][4] is not None:
+            return None
+        return _credential(rows[0])
+
+    def live(self, id_or_name: str) -> Credential | None:
+        """The token with this id, or the newest live token of this name (None when there is none)."""
+        found = [c for c in self.all() if c.revoked_at is None and id_or_name in (c.id, c.name)]
+        return found[-1] if found else None
+
     def verify(self, token: str) -> Credential | None:
         """The live credential this token proves, or None (unknown, malformed or revoked)."""
         match = _TOKEN.match(token) if isinstance(token, str) else None
@@ -147,6 +154,17 @@ class TokenStore:
             self._verified.clear()
         self._verified[digest] = (credential, _clock() + REMEMBER_SECONDS)
         return credential
+
+
+def database_key(db: ServerDB, name: str) -> bytes:
+    """The random 256-bit key ``name`` of this database, made on first use and kept in
+    ``handrail_server_keys`` (every service process on the database shares it)."""
+    db.execute(
+        "INSERT INTO handrail_server_keys (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+        (name, secrets.token_hex(32)),
+    )
+    (row,) = db.query("SELECT value FROM handrail_server_keys WHERE name = ?", (name,))
+    return bytes.fromhex(str(row[0]))
 
 
 def _at(seconds: float) -> datetime:

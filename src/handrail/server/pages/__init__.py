@@ -1,0 +1,37 @@
+"""The web inbox: pages for reviewers, served by ``handrail serve`` under ``/inbox``.
+
+One module per concern: ``signin`` (tokens, one-time links, sessions), ``inbox`` (the
+list, live rows), ``review`` (one review, its form, what became of it), ``bulk``,
+``thread`` (conversation and audit trail); ``render`` makes every page (templates,
+headers, CSRF, errors), ``forms`` builds edit forms from a tool's JSON schema and reads
+them back typed, ``shape`` reads what a review asks, ``lookup`` where it stands, and
+``markup`` shows untrusted values as text. Templates are in ``server/templates``, the
+pages' own scripts and styles in ``server/static``. See ``docs/service.md``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, Request
+from starlette.responses import Response
+
+from handrail.server.pages import bulk, inbox, review, signin, thread
+from handrail.server.pages.render import STATIC, StaticFiles, error_page, html, session_visitor
+
+__all__ = ["install"]
+
+_fallback = APIRouter(include_in_schema=False)
+
+
+@_fallback.api_route("/inbox/{rest:path}", methods=["GET", "POST", "HEAD"])
+@html
+async def not_found(request: Request, rest: str) -> Response:
+    """Any other path of the web inbox: a plain page, not a JSON problem."""
+    return error_page(request, 404, "There is no such page in the inbox.", session_visitor(request))
+
+
+def install(app: FastAPI) -> None:
+    """Serve the web inbox from ``app``: its pages, its static files, its fallback page."""
+    app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
+    for module in (signin, inbox, review, bulk, thread):
+        app.include_router(module.router)
+    app.include_router(_fallback)
