@@ -54,21 +54,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -76,30 +70,32 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import _service_agent  # noqa: E402
-import httpx  # noqa: E402
-from langgraph_sdk import get_sync_client  # noqa: E402
+from _service_calls import (  # noqa: E402
+    answer_call,
+    api_cycles,
+    crowd,
+    inbox_page,
+    join_all,
+    library_cycles,
+    pages,
+    quiet_answers,
+    runs_done_rate,
+    search_page,
+    web_inbox_page,
+)
+from _service_servers import (  # noqa: E402
+    LANGGRAPH_VENV,
+    MEASURES,
+    STORES,
+    SYSTEMS,
+    HandrailServer,
+    LangGraphServer,
+    LoadWatch,
+    Profiler,
+    Target,
+    pct,
+)
 from langgraph_sdk.errors import NotFoundError  # noqa: E402
-
-from handrail import Command  # noqa: E402
-
-DSN = os.environ.get("HANDRAIL_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-LANGGRAPH_VENV = Path(os.environ.get("LANGGRAPH_SERVER_VENV", HERE / ".venv-langgraph-server"))
-LANGGRAPH_GRAPH = HERE / "langgraph_server" / "agent.py"
-LANGGRAPH_COPY = HERE / "langgraph_server" / "copy_paused.py"
-# What keeps `langgraph dev` from reaching out: the CLI's analytics, the server's check for
-# a newer version on PyPI, LangSmith tracing. (With no license key it sends no metadata.)
-LANGGRAPH_ENV = {
-    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-    "LANGGRAPH_NO_VERSION_CHECK": "1",
-    "LANGSMITH_TRACING": "false",
-    "LANGCHAIN_TRACING_V2": "false",
-}
-APPROVE = {"decisions": [{"type": "approve"}]}
-STORES = ("sqlite", "postgres")
-SYSTEMS = ("sqlite", "postgres", "langgraph")
-MEASURES = ("cycle", "answer", "crowd", "inbox")
-LABEL = {"sqlite": "handrail SQLite", "postgres": "handrail Postgres", "langgraph": "LangGraph server"}
 
 FULL = {
     "rounds": 3,
@@ -128,461 +124,7 @@ QUICK = {
     "inbox_pages": 10,
 }
 
-Target = tuple[str, str]  # (thread id, interrupt id)
 
-
-# Statistics ---------------------------------------------------------------------------------
-def pct(samples: list[float], q: float) -> float:
-    """The nearest-rank percentile ``q`` of ``samples`` (seconds), in ms."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-
-def timed(action: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = action()
-    return time.perf_counter() - start, result
-
-
-class LoadWatch:
-    """The machine's 1-minute load average, every 5 s, while the benchmark runs."""
-
-    def __init__(self) -> None:
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(os.getloadavg()[0])
-            self._stop.wait(5)
-
-    def __enter__(self) -> LoadWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-# Servers --------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(url: str, process: subprocess.Popen[Any], log: Path | None, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
-            raise SystemExit(f"the server at {url} exited ({process.returncode}):\n{tail}")
-        try:
-            if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"the server at {url} did not answer within {seconds:.0f} s")
-
-
-class Profiler:
-    """py-spy recording one process (``--profile``): every thread, collapsed stacks."""
-
-    def __init__(self, folder: Path | None) -> None:
-        self.folder = folder
-        self.py_spy = next(
-            (
-                str(p)
-                for p in (LANGGRAPH_VENV / "bin" / "py-spy", HERE / ".venv-reference" / "bin" / "py-spy")
-                if p.exists()
-            ),
-            shutil.which("py-spy"),
-        )
-        if folder is not None:
-            if self.py_spy is None:
-                raise SystemExit("--profile needs py-spy (bash bench/setup_langgraph_server.sh installs it)")
-            folder.mkdir(parents=True, exist_ok=True)
-
-    @contextmanager
-    def record(self, pid: int, name: str) -> Iterator[None]:
-        if self.folder is None or self.py_spy is None:
-            yield
-            return
-        out = self.folder / f"{name}.txt"
-        command = [
-            self.py_spy,
-            "record",
-            "--pid",
-            str(pid),
-            "-r",
-            "250",
-            "--threads",
-            "--nonblocking",  # sampling without pausing it: 50 reviewers slow down far less
-            "-f",
-            "raw",
-            "-o",
-            str(out),
-        ]
-        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)  # attached
-        try:
-            yield
-        finally:
-            spy.send_signal(signal.SIGINT)
-            spy.wait(60)
-
-
-class HandrailServer:
-    """``handrail serve _service_agent:agent`` on one store, and the library on the same store."""
-
-    def __init__(self, kind: str, folder: Path) -> None:
-        self.kind = kind
-        self.path = folder / f"{kind}.db"
-        self.schema = f"bench_service_{uuid.uuid4().hex[:8]}"
-        self.process: subprocess.Popen[str] | None = None
-        self.url = ""
-        self.token = ""
-        self._saver: Any = None
-        self._agent: Any = None
-
-    def flags(self) -> list[str]:
-        if self.kind == "postgres":
-            return ["--postgres", DSN, "--schema", self.schema]
-        return ["--db", str(self.path)]
-
-    def start(self) -> None:
-        command = [sys.executable, "-m", "handrail"]
-        self.process = subprocess.Popen(
-            [*command, "serve", "_service_agent:agent", *self.flags(), "--port", "0"],
-            cwd=HERE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert self.process.stdout is not None
-        lines = []
-        for line in self.process.stdout:
-            lines.append(line)
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                self.url = found.group(1)
-                break
-        else:
-            raise SystemExit(f"handrail serve ({self.kind}) did not start:\n{''.join(lines)}")
-        threading.Thread(target=self.process.stdout.read, daemon=True).start()
-        wait_ready(self.url, self.process, None, 30)
-        # After the service made the store: on a new SQLite file, `tokens create` first makes
-        # the service's tables, and the store then refuses the file (see bench/README.md).
-        created = subprocess.run(
-            [*command, "tokens", "create", "--name", "bench", "--role", "dba", *self.flags()],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        self.token = created.stdout.strip().splitlines()[-1]
-
-    def client(self) -> Any:
-        return get_sync_client(url=self.url, api_key=self.token, timeout=300)
-
-    def agent(self) -> Any:
-        """The same agent on the same store, in this process (the library side)."""
-        if self._agent is None:
-            if self.kind == "postgres":
-                from handrail.checkpoint.postgres import PostgresSaver
-
-                self._saver = PostgresSaver.from_conn_string(DSN, schema=self.schema, pool_size=8)
-                self._saver.setup()
-            else:
-                from handrail.checkpoint.sqlite import SqliteSaver
-
-                self._saver = SqliteSaver(self.path)
-            self._agent = _service_agent.build(self._saver)
-        return self._agent
-
-    def pause(self, count: int, prefix: str) -> list[Target]:
-        """``count`` threads paused at their first review, by the library on the served store."""
-        agent = self.agent()
-        out = []
-        for i in range(count):
-            thread = f"{prefix}-{uuid.uuid4().hex[:12]}-{i}"
-            result = agent.invoke({"messages": ["go"]}, {"configurable": {"thread_id": thread}})
-            out.append((thread, result["__interrupt__"][0].id))
-        return out
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(60)
-        if self._saver is not None and hasattr(self._saver, "close"):
-            self._saver.close()
-        if self.kind == "postgres":
-            import psycopg
-
-            with psycopg.connect(DSN, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
-
-
-class LangGraphServer:
-    """``langgraph dev --no-reload`` in a folder of its own (where it saves its state)."""
-
-    def __init__(self, scratch: Path) -> None:
-        self.scratch = scratch
-        self.folder = scratch
-        self.process: subprocess.Popen[bytes] | None = None
-        self.url = ""
-        self.generation = 0
-
-    def fresh(self) -> None:
-        """A new, empty working folder (the next start has no threads)."""
-        self.generation += 1
-        self.folder = self.scratch / f"langgraph-{self.generation}"
-        self.folder.mkdir()
-        config = {
-            "dependencies": [str(LANGGRAPH_GRAPH.parent)],
-            "graphs": {"bench": f"{LANGGRAPH_GRAPH}:graph"},
-        }
-        (self.folder / "langgraph.json").write_text(json.dumps(config))
-
-    def start(self) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        log = self.folder / "server.log"
-        command = [str(LANGGRAPH_VENV / "bin" / "langgraph"), "dev", "--no-reload", "--no-browser"]
-        command += ["--port", str(port), "--config", "langgraph.json"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(
-                command, cwd=self.folder, stdout=out, stderr=subprocess.STDOUT, env={**env, **LANGGRAPH_ENV}
-            )
-        wait_ready(self.url, self.process, log, 600)
-
-    def stop(self) -> None:
-        """Stop it; it saves its whole state under ``.langgraph_api`` as it exits."""
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(600)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-            self.process = None
-
-    def client(self) -> Any:
-        return get_sync_client(url=self.url, api_key=None, timeout=300)
-
-    def paused_copies(self, count: int) -> list[Target]:
-        """Restart with ``count`` more paused threads: copies of one paused for real."""
-        client = self.client()
-        thread = client.threads.create()["thread_id"]
-        result = client.runs.wait(thread, "bench", input={"messages": [{"role": "user", "content": "go"}]})
-        assert result["__interrupt__"], result
-        self.stop()
-        out = self.folder / "copies.json"
-        python = str(LANGGRAPH_VENV / "bin" / "python")
-        command = [python, str(LANGGRAPH_COPY), str(self.folder), "--thread", thread]
-        subprocess.run(
-            [*command, "--copies", str(count), "--out", str(out)],
-            check=True,
-            env={**os.environ, **LANGGRAPH_ENV},
-        )
-        self.start()
-        return [(t, i) for t, i in json.loads(out.read_text())]
-
-
-# The calls, the same for every server ----------------------------------------------------------
-def first_pause(client: Any) -> Target:
-    thread = client.threads.create()["thread_id"]
-    result = client.runs.wait(thread, "bench", input={"messages": [{"role": "user", "content": "go"}]})
-    return thread, result["__interrupt__"][0]["id"]
-
-
-def api_cycles(client: Any, cycles: int, per_thread: int) -> list[float]:
-    """``cycles`` timed ``runs.wait`` resumes, ``per_thread`` on each new thread."""
-    samples: list[float] = []
-    while len(samples) < cycles:
-        thread, interrupt = first_pause(client)
-        for _ in range(min(per_thread, cycles - len(samples))):
-            command = {"resume": {interrupt: APPROVE}}
-            elapsed, result = timed(lambda: client.runs.wait(thread, "bench", command=command))  # noqa: B023
-            interrupt = result["__interrupt__"][0]["id"]
-            samples.append(elapsed)
-    return samples
-
-
-def library_cycles(agent: Any, cycles: int, per_thread: int) -> list[float]:
-    samples: list[float] = []
-    while len(samples) < cycles:
-        config = {"configurable": {"thread_id": f"lib-{uuid.uuid4().hex}"}}
-        interrupt = agent.invoke({"messages": ["go"]}, config)["__interrupt__"][0].id
-        for _ in range(min(per_thread, cycles - len(samples))):
-            command = Command(resume={interrupt: APPROVE})
-            elapsed, result = timed(lambda: agent.invoke(command, config))  # noqa: B023
-            interrupt = result["__interrupt__"][0].id
-            samples.append(elapsed)
-    return samples
-
-
-ANSWERED = "answered:"  # what an answer "returns" as its run: a worker runs it, under no id known yet
-
-
-def answer_call(system: str, way: str) -> Callable[[Any, Target], str]:
-    """A function that answers one paused thread and returns the id of the run it started
-    (for handrail's answer: ``ANSWERED`` and the interrupt, as a worker runs the thread)."""
-    if system != "langgraph" and way == "answer":
-
-        def post(client: Any, target: Target) -> str:
-            thread, interrupt = target
-            client.http.post(
-                f"/handrail/threads/{thread}/interrupts/{interrupt}/answer", json={"answer": APPROVE}
-            )
-            return ANSWERED + interrupt
-
-        return post
-
-    def create(client: Any, target: Target) -> str:
-        thread, interrupt = target
-        return str(client.runs.create(thread, "bench", command={"resume": {interrupt: APPROVE}})["run_id"])
-
-    return create
-
-
-def join(client: Any, thread: str, run: str) -> None:
-    """Wait for a run to end: ``runs.join``, or for an answer's run, the next interrupt."""
-    if not run.startswith(ANSWERED):
-        client.runs.join(thread, run)
-        return
-    answered = run[len(ANSWERED) :]
-    deadline = time.perf_counter() + 120
-    while time.perf_counter() < deadline:
-        interrupts = client.threads.get_state(thread)["interrupts"]
-        if interrupts and interrupts[0]["id"] != answered:
-            return
-        time.sleep(0.002)
-    raise SystemExit(f"the answer to {answered} on thread {thread} was never run")
-
-
-def quiet_answers(client: Any, call: Callable[[Any, Target], str], targets: list[Target]) -> list[float]:
-    """Answer each target, timed; join the run it started (untimed) before the next."""
-    samples = []
-    for target in targets:
-        elapsed, run_id = timed(lambda: call(client, target))  # noqa: B023
-        samples.append(elapsed)
-        join(client, target[0], run_id)
-    return samples
-
-
-def crowd(
-    make_client: Callable[[], Any], call: Callable[[Any, Target], str], targets: list[Target], reviewers: int
-) -> dict[str, Any]:
-    """``reviewers`` threads answering their share of ``targets`` at once."""
-    shares = [targets[i::reviewers] for i in range(reviewers)]
-    clients = [make_client() for _ in shares]
-    barrier = threading.Barrier(len(shares) + 1)
-    latencies: list[float] = []
-    runs: list[tuple[str, str]] = []
-    failures: list[BaseException] = []
-    lock = threading.Lock()
-
-    def reviewer(client: Any, share: list[Target]) -> None:
-        mine, started = [], []
-        barrier.wait()
-        try:
-            for target in share:
-                elapsed, run_id = timed(lambda: call(client, target))  # noqa: B023
-                mine.append(elapsed)
-                started.append((target[0], run_id))
-        except BaseException as exc:  # counted, and the run reported as failed
-            failures.append(exc)
-        with lock:
-            latencies.extend(mine)
-            runs.extend(started)
-
-    workers = [threading.Thread(target=reviewer, args=pair) for pair in zip(clients, shares, strict=True)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for worker in workers:
-        worker.join()
-    wall = time.perf_counter() - start
-    if failures:
-        raise SystemExit(f"{len(failures)} reviewers failed; first: {failures[0]!r}")
-    return {"rate": len(targets) / wall, "latencies": latencies, "runs": runs, "start": start}
-
-
-def runs_done_rate(client: Any, out: dict[str, Any], window: float) -> float:
-    """LangGraph: of the runs the answers started, those that ended, per second.
-
-    Waits until no thread is busy or ``window`` seconds passed, then reads each run's
-    own times: the rate is the runs that succeeded over the span from the first run's
-    creation to the last one's end, on the server's clock.
-    """
-    deadline = out["start"] + window
-    while time.perf_counter() < deadline and client.threads.search(status="busy", limit=1):
-        time.sleep(0.5)
-    runs = [client.runs.get(thread, run_id) for thread, run_id in out["runs"]]
-    done = [run for run in runs if run["status"] == "success"]
-    if not done:
-        return 0.0
-    first = min(datetime.fromisoformat(run["created_at"]) for run in runs)
-    last = max(datetime.fromisoformat(run["updated_at"]) for run in done)
-    return len(done) / (last - first).total_seconds()
-
-
-def join_all(client_factory: Callable[[], Any], runs: list[tuple[str, str]], workers: int = 8) -> None:
-    """Wait for the runs the answers started (handrail: so the next batch finds a quiet server)."""
-    shares = [runs[i::workers] for i in range(workers)]
-
-    def join_share(share: list[tuple[str, str]]) -> None:
-        client = client_factory()
-        for thread, run_id in share:
-            join(client, thread, run_id)
-
-    threads = [threading.Thread(target=join_share, args=(share,)) for share in shares]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def search_page(client: Any) -> Any:
-    return client.threads.search(status="interrupted", limit=50)
-
-
-def inbox_page(client: Any, messages: int) -> Any:
-    return client.http.get("/handrail/inbox", params={"limit": 50, "messages": messages})
-
-
-def web_inbox_page(server: HandrailServer, count: int) -> tuple[list[float], list[float]]:
-    """The reviewers' web page ``GET /inbox`` (50 rows), signed in: its ``Server-Timing``
-    (from the request reaching the page's code to the page made) and the whole request."""
-    with httpx.Client(base_url=server.url, timeout=60) as http:
-        form = http.get("/inbox/signin").text
-        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
-        assert csrf is not None
-        http.post("/inbox/signin", data={"csrf": csrf.group(1), "token": server.token})
-        made: list[float] = []
-        whole: list[float] = []
-        for _ in range(count + 5):  # the first few warm the templates and caches
-            started = time.perf_counter()
-            reply = http.get("/inbox")
-            whole.append(time.perf_counter() - started)
-            assert reply.status_code == 200 and reply.text.count('<tr class="row"') == 50, reply.text[:500]
-            made.append(float(reply.headers["server-timing"].split("dur=")[1]) / 1000)
-    return made[5:], whole[5:]
-
-
-def pages(action: Callable[[], Any], count: int) -> list[float]:
-    action()  # warm
-    return [timed(action)[0] for _ in range(count)]
-
-
-# The run --------------------------------------------------------------------------------------
 @dataclass
 class Results:
     samples: dict[str, list[float]] = field(default_factory=dict)
