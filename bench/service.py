@@ -372,39 +372,25 @@ def table(results: Results, config: dict[str, Any], systems: list[str], load: li
                 else:
                     diff.append("")
             rows.append([*diff, "", ""])
-    if any(r.get(f"crowd/{c}") for c in systems):
-        row = [f"answers per second, {config['reviewers']} reviewers at once (median round)"]
+    for key, label in (
+        ("crowd", f"answers per second, {config['reviewers']} reviewers at once (median round)"),
+        ("crowd-done", "  answered and run to the next pause, per second"),
+    ):
+        if not any(r.get(f"{key}/{c}") for c in systems):
+            continue
+        row = [label]
         for c in columns:
-            values = r.get(f"crowd/{c}")
+            values = r.get(f"{key}/{c}")
             row.append(
                 f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
                 if values and c in SYSTEMS
                 else ""
             )
         for kind in STORES:
-            if r.get(f"crowd/{kind}") and r.get("crowd/langgraph"):
-                row.append(
-                    f"{statistics.median(r[f'crowd/{kind}']) / statistics.median(r['crowd/langgraph']):.1f}x"
-                )
-            else:
-                row.append("")
-        rows.append(row)
-    if any(r.get(f"crowd-done/{c}") for c in systems):
-        row = ["  answered and run to the next pause, per second"]
-        for c in columns:
-            values = r.get(f"crowd-done/{c}")
+            ours, theirs = r.get(f"{key}/{kind}"), r.get(f"{key}/langgraph")
             row.append(
-                f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
-                if values and c in SYSTEMS
-                else ""
+                f"{statistics.median(ours) / statistics.median(theirs):.1f}x" if ours and theirs else ""
             )
-        for kind in STORES:
-            if r.get(f"crowd-done/{kind}") and r.get("crowd-done/langgraph"):
-                row.append(
-                    f"{statistics.median(r[f'crowd-done/{kind}']) / statistics.median(r['crowd-done/langgraph']):.1f}x"
-                )
-            else:
-                row.append("")
         rows.append(row)
     head = ["measure (ms: p50 / p99 (samples))", *(heads[c] for c in columns), "LG / SQLite", "LG / Postgres"]
     widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]

@@ -144,24 +144,25 @@ def make_token(backend: Backend, name: str, *roles: str) -> str:
 
 
 @contextmanager
-def working(backend: Backend, *flags: str) -> Iterator[subprocess.Popen[str]]:
-    """A running ``handrail worker`` process for the served agent on the backend's store."""
+def handrail_process(args: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[str], re.Match[str]]]:
+    """``python -m handrail ARGS`` from this folder, once a line of its output matches ``ready``;
+    its output is drained (the pipe never fills up); it is stopped (SIGTERM) at the end."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [*HANDRAIL, "worker", "served_agent:agent", *backend.store_flags(), "--poll", "0.2", *flags],
-        cwd=HERE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [*HANDRAIL, *args], cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     try:
         assert process.stdout is not None
-        first = process.stdout.readline()
-        assert "handrail worker for" in first, first + process.stdout.read()
-        drain = threading.Thread(target=process.stdout.read, daemon=True)
-        drain.start()
-        yield process
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            found = re.search(ready, line)
+            if found:
+                break
+        else:
+            raise AssertionError(f"handrail {args[0]} stopped: " + "".join(lines))
+        threading.Thread(target=process.stdout.read, daemon=True).start()
+        yield process, found
     finally:
         if process.poll() is None:
             process.terminate()
@@ -173,38 +174,19 @@ def working(backend: Backend, *flags: str) -> Iterator[subprocess.Popen[str]]:
 
 
 @contextmanager
+def working(backend: Backend, *flags: str) -> Iterator[subprocess.Popen[str]]:
+    """A running ``handrail worker`` process for the served agent on the backend's store."""
+    args = ["worker", "served_agent:agent", *backend.store_flags(), "--poll", "0.2", *flags]
+    with handrail_process(args, "handrail worker for") as (process, _):
+        yield process
+
+
+@contextmanager
 def serving(backend: Backend, *flags: str) -> Iterator[str]:
     """A running ``handrail serve`` process on the backend's store; yields its URL."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [*HANDRAIL, "serve", "served_agent:agent", *backend.store_flags(), "--port", "0", *flags],
-        cwd=HERE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                break
-        else:
-            raise AssertionError("handrail serve stopped: " + "".join(lines))
-        assert "handrail tokens create" in process.stdout.readline() + process.stdout.readline()
-        drain = threading.Thread(target=process.stdout.read, daemon=True)  # never let the pipe fill up
-        drain.start()
+    args = ["serve", "served_agent:agent", *backend.store_flags(), "--port", "0", *flags]
+    with handrail_process(args, r"on (http://127\.0\.0\.1:\d+)") as (_, found):
         yield found.group(1)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture

@@ -146,8 +146,9 @@ class Notice:
 class FeedEntry:
     """A notice as the feed gives it back: where it is in the feed, and for which event.
 
-    ``cursor`` is opaque (a store's own position); ``read_feed(after=cursor)`` continues
-    after it. ``seq`` is the thread's head after the append that wrote the notice.
+    ``cursor`` is its place: a decimal number, rising in commit order and never given
+    twice (:func:`feed_position`); ``read_feed(after=cursor)`` continues after it.
+    ``seq`` is the thread's head after the append that wrote the notice.
     """
 
     cursor: str
@@ -496,6 +497,16 @@ def later_keywords(
     if queue:
         extra["queue"] = True
     return extra
+
+
+def feed_position(after: str | None) -> int:
+    """The number a feed cursor stands for (the stores' cursors are decimal numbers, rising
+    in commit order); ``ValueError`` for one no store gave. None: before the first notice."""
+    if after is None:
+        return 0
+    if not isinstance(after, str) or not after.isdigit() or len(after) > 18:
+        raise ValueError(f"not a cursor of this feed: {after!r:.60}")
+    return int(after)
 
 
 def metadata_matches(wanted: Mapping[str, Any] | None, actual: Mapping[str, Any]) -> bool:

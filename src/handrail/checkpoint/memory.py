@@ -20,6 +20,7 @@ from handrail.checkpoint.base import (
     ThreadFilter,
     ThreadRead,
     ThreadRecord,
+    feed_position,
     later_keywords,
     metadata_matches,
 )
@@ -211,7 +212,7 @@ class InMemorySaver(BaseCheckpointSaver):
             return set(self._runs.get(thread_id, ()))
 
     def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
-        start = _feed_position(after)
+        start = feed_position(after)
         with self._lock:
             feed = self._feed
             # cursors are increasing numbers: find the first one past ``start``
@@ -325,15 +326,6 @@ class InMemorySaver(BaseCheckpointSaver):
         self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
     ) -> str | None:
         return self.claim_queued(run_id, filter=filter, thread_id=thread_id)
-
-
-def _feed_position(after: str | None) -> int:
-    """The number a memory feed cursor stands for; ValueError for one it never gave."""
-    if after is None:
-        return 0
-    if not isinstance(after, str) or not after.isdigit() or len(after) > 19:
-        raise ValueError(f"not a cursor of this feed: {after!r:.60}")
-    return int(after)
 
 
 def _pending_key(item: PendingItem) -> tuple[float, str, str]:

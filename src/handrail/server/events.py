@@ -4,8 +4,8 @@ The events are the store's feed (``BaseCheckpointSaver.read_feed``): notices wri
 whichever process and channel made them - this service, another one on the same
 database, a worker, a Python program's ``agent.decide``, the review CLI - in the same
 transaction as the events they tell of, so none is lost and none is told before it is
-saved. Each event's id is its feed cursor: a client that reconnects with
-``Last-Event-ID`` (or ``?after=CURSOR``) gets what it missed, in order. The kinds:
+saved. Each event's id is its place in the feed (a decimal number, rising): a client
+that reconnects with ``Last-Event-ID`` (or ``?after=ID``) gets what it missed, in order. The kinds:
 
 ``review.requested``  a run paused for review: ``{"thread_id", "interrupt_id", "kind",
                       "tools", "value"}`` - only to callers who may decide it

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 
 from handrail.checkpoint._records import MAX_TIME
-from handrail.checkpoint.base import QUEUED_RUN, ClaimFilter, FeedEntry
+from handrail.checkpoint.base import QUEUED_RUN, ClaimFilter, FeedEntry, feed_position
 from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
 from handrail.errors import SerializationError
@@ -111,7 +111,7 @@ class FeedSQL(Tables):
         ]
 
     def read_feed(self, after: str | None, limit: int) -> Op[list[FeedEntry]]:
-        start = _position(after)
+        start = feed_position(after)
         *_, result = yield [
             *self._seal(),
             Query(
@@ -194,14 +194,6 @@ class FeedSQL(Tables):
                 return thread
             tried.append(thread)  # a live run appeared before the lock: look at the next one
         return None
-
-
-def _position(after: str | None) -> int:
-    if after is None:
-        return 0
-    if not isinstance(after, str) or not after.isdigit() or len(after) > 18:
-        raise ValueError(f"not a cursor of this feed: {after!r:.60}")
-    return int(after)
 
 
 def _entry(row: Sequence[object]) -> FeedEntry:

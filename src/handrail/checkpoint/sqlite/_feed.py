@@ -24,7 +24,7 @@ from typing import Any
 
 from handrail.checkpoint._records import MAX_NAME, MAX_TIME, decode_metadata
 from handrail.checkpoint._signal import QueueSignal
-from handrail.checkpoint.base import QUEUED_RUN, ClaimFilter, FeedEntry, Notice
+from handrail.checkpoint.base import QUEUED_RUN, ClaimFilter, FeedEntry, Notice, feed_position
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._runs import _Runs, check_run_row
 from handrail.errors import SerializationError
@@ -71,7 +71,7 @@ class _Feed(_Runs):
         await self._signal.await_(timeout)
 
     def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
-        start = _position(after)
+        start = feed_position(after)
         with self._transaction(write=False) as conn:
             rows = fetch_all(
                 conn,
@@ -116,14 +116,6 @@ class _Feed(_Runs):
             renewed = self._claim(conn, chosen, run_id)
         self._claimed_now(chosen, run_id, renewed)
         return chosen
-
-
-def _position(after: str | None) -> int:
-    if after is None:
-        return 0
-    if not isinstance(after, str) or not after.isdigit() or len(after) > 19:
-        raise ValueError(f"not a cursor of this feed: {after!r:.60}")
-    return int(after)
 
 
 def _entry(row: Sequence[Any]) -> FeedEntry:
