@@ -183,14 +183,14 @@ async def inbox_page(
     )
 
     async def last_messages(item: Any) -> list[Any]:
-        if not messages:
-            return []
         owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
         state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
         return list(state.values.get("messages", []))[-messages:]
 
     # the page's threads are read at once, not one after another
-    lasts = await asyncio.gather(*(last_messages(item) for item in page.items))
+    lasts = await asyncio.gather(*(last_messages(item) for item in page.items)) if messages else []
+    if not messages:
+        return {"items": [inbox_entry(item, []) for item in page.items], "next_cursor": page.next_cursor}
     items = [inbox_entry(item, last) for item, last in zip(page.items, lasts, strict=True)]
     return {"items": items, "next_cursor": page.next_cursor}
 

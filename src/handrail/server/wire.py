@@ -21,32 +21,45 @@ from handrail.agent import PendingInterrupt
 from handrail.messages import BaseMessage
 from handrail.types import AuditEntry, Interrupt, StateSnapshot
 
-__all__ = ["audit_csv", "audit_entry", "checkpoint_of", "inbox_entry", "state_of", "to_wire"]
+__all__ = ["audit_csv", "audit_entry", "checkpoint_of", "inbox_entry", "state_of", "to_wire", "wire_default"]
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def to_wire(value: Any) -> Any:
-    """A JSON-ready copy of ``value`` (messages, interrupts, tuples, datetimes converted)."""
+    """A JSON-ready copy of ``value`` (messages, interrupts, tuples, datetimes converted).
+
+    Made by orjson in one pass (:func:`wire_default` for what JSON has no form of), not
+    by walking every dict and list in Python: an inbox page's items hold whole JSON
+    schemas.
+    """
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    return orjson.loads(orjson.dumps(value, default=wire_default, option=_OPTIONS))
+
+
+def wire_default(value: Any) -> Any:
+    """What orjson makes of an object JSON has no form of: a message as LangChain's message
+    dict, an :class:`~handrail.Interrupt` as ``{"value", "id"}``, a datetime in ISO form,
+    any other mapping as a dict, anything else as its ``str``."""
     if isinstance(value, BaseMessage):
         names = _FIELDS.get(type(value))
         if names is None:
             names = _FIELDS[type(value)] = tuple(f.name for f in dataclasses.fields(value))
         out: dict[str, Any] = {"type": value.type}
         for name in names:
-            out[name] = to_wire(getattr(value, name))
+            out[name] = getattr(value, name)
         return out
     if isinstance(value, Interrupt):
-        return {"value": to_wire(value.value), "id": value.id}
-    if isinstance(value, Mapping):
-        return {str(k): to_wire(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_wire(v) for v in value]
+        return {"value": value.value, "id": value.id}
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (list, tuple)):
+        return list(value)
     return str(value)
 
 
