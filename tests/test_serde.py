@@ -377,3 +377,88 @@ def test_a_tag_spelled_with_escapes_is_still_refused() -> None:
         loads(b'{"\\u005f_hr__": "no-such-type"}', thread_id="t1", seq=3)
     with pytest.raises(SerializationError, match="unknown stored type 'no-such-type'"):
         loads(b'[{"__hr__": "no-such-type"}]', thread_id="t1", seq=3)
+
+
+_MESSAGE_EXTRAS = st.dictionaries(
+    st.sampled_from(["additional_kwargs", "response_metadata"]),
+    st.dictionaries(
+        st.text(max_size=6).filter(lambda key: key != "__hr__"),
+        _JSON | st.datetimes(timezones=st.just(UTC)),
+        max_size=3,
+    ),
+)
+
+
+def _message(kind: str, text: str, extras: dict[str, Any], args: Any) -> Any:
+    if kind == "ai":
+        return AIMessage(text, id="a", tool_calls=[{"name": "t", "args": {"v": args}, "id": "c"}], **extras)
+    if kind == "tool":
+        return ToolMessage(text, tool_call_id="c", artifact=args, **extras)
+    return HumanMessage(text, **extras)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(["ai", "tool", "human"]), min_size=1, max_size=4),
+    text=st.text(max_size=12),
+    extras=_MESSAGE_EXTRAS,
+    args=_JSON | st.datetimes(timezones=st.just(UTC)),
+)
+def test_messages_with_tagged_values_inside_load_exactly_as_the_whole_walk_gives(
+    kinds: list[str], text: str, extras: dict[str, Any], args: Any
+) -> None:
+    """Rule 10: the walk that does not look inside tagged objects is checked against the
+    tags the bytes hold; a datetime inside a message (or a string that spells the tag)
+    sends the load to the whole walk, and either way the record loads as it was saved."""
+    from handrail.checkpoint.serde import _revive
+
+    value = {"messages": [_message(kind, text, extras, args) for kind in kinds], "note": text}
+    raw = dumps(value)
+    assert loads(raw) == _revive(orjson.loads(raw)) == value
+
+
+def test_a_string_that_spells_the_tag_does_not_hide_a_nested_tagged_value() -> None:
+    # (dumps refuses such a string; bytes from elsewhere may hold one) the count of tags
+    # then differs from what the shallow walk finds, and the whole walk finds the datetime
+    moment = datetime(2026, 12, 2, tzinfo=UTC)
+    message = {
+        "__hr__": "ai",
+        "content": "x",
+        "additional_kwargs": {"at": {"__hr__": "datetime", "iso": moment.isoformat()}},
+    }
+    loaded = loads(orjson.dumps({"a": "__hr__", "b": "__hr__", "m": message}))
+    assert loaded["m"] == AIMessage("x", additional_kwargs={"at": moment}) and loaded["a"] == "__hr__"
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"content": 3}, "content must be a string or a list"),
+        ({"content": "", "id": 5}, "id and name must be strings"),
+        ({"content": "", "tool_calls": {"a": 1}}, "tool_calls must be a list"),
+        ({"content": "", "additional_kwargs": []}, "additional_kwargs must be a dict"),
+        ({"content": "", "tool_calls": [{"args": {}}]}, "a tool call must be a dict with a string 'name'"),
+        ({"content": "", "tool_calls": [{"name": "t", "args": 3}]}, "args must be a dict"),
+        ({"content": "", "colour": "red"}, "unexpected field"),
+    ],
+)
+def test_a_damaged_stored_ai_message_names_what_is_wrong(fields: dict[str, Any], problem: str) -> None:
+    raw = orjson.dumps({"m": {"__hr__": "ai", **fields}})
+    with pytest.raises(SerializationError, match=problem):
+        loads(raw, thread_id="t1", seq=4)
+
+
+def test_a_stored_tool_call_not_in_its_normal_form_is_normalised_as_the_constructor_does() -> None:
+    raw = orjson.dumps(
+        {"__hr__": "ai", "content": "", "tool_calls": [{"name": "t", "args": None, "id": "c"}]}
+    )
+    assert loads(raw) == AIMessage("", tool_calls=[{"name": "t", "args": {}, "id": "c"}])
+    assert loads(raw).tool_calls == [{"name": "t", "args": {}, "id": "c", "type": "tool_call"}]
+
+
+def test_loaded_messages_do_not_share_their_empty_fields() -> None:
+    first, second = loads(dumps([AIMessage("a"), AIMessage("b")]))
+    first.additional_kwargs["k"] = 1
+    first.tool_calls.append({"name": "t", "args": {}, "id": "c", "type": "tool_call"})
+    assert second.additional_kwargs == {} and second.tool_calls == []
+    assert AIMessage("c").additional_kwargs == {}

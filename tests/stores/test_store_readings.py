@@ -1,6 +1,7 @@
 """Saved readings: a new process loads a long thread without folding its whole log.
 
-Now and then (every ``READING_EVERY`` events) a run's last append also keeps the whole
+Now and then (after about as many events as the thread has messages, at least
+``READING_MIN`` and at most ``READING_EVERY``) a run's last append also keeps the whole
 state at the new head, the thread's *saved reading*; ``read(from_reading=True)`` gives
 it back with only the events after it. SPEC §6: loading a thread for resume must not
 cost more with every past checkpoint. Every test runs on every backend; the protocol
@@ -148,6 +149,26 @@ def test_a_new_agent_loads_a_long_thread_from_its_saved_reading(
     lines = len(log.read_text().splitlines())
     second.invoke(approve(interrupt_id), config("t"))
     assert len(log.read_text().splitlines()) == lines + 1
+
+
+def test_a_short_thread_is_saved_as_often_as_it_has_messages_so_a_cold_load_folds_few_events(
+    location: Location, tmp_path: Path
+) -> None:
+    """SPEC §6 for small threads: with the shipped settings, a new agent folds at most
+    ``max(READING_MIN, messages)`` events on top of the saved reading."""
+    log = tmp_path / "tool.log"
+    interrupt_id = _grow(build_agent(location.saver(), log), "t", 10)
+    saver = location.saver()
+    spy = _Spy(saver)
+    state = build_agent(saver, log).get_state(config("t"))
+    (read,) = spy.reads
+    messages = len(state.values["messages"])
+    assert read.reading is not None and read.record is not None
+    assert read.record.head_seq > effects.READING_MIN  # more events than the least interval
+    assert len(read.events) < max(effects.READING_MIN, messages) < effects.READING_EVERY
+    assert [i.id for i in state.interrupts] == [interrupt_id]
+    full = build_agent(location.saver(), log).get_state(config("t"))
+    assert state.values == full.values and state.next == full.next
 
 
 def test_each_saved_reading_folds_to_the_same_thread_as_the_log(
@@ -347,6 +368,7 @@ def test_time_travel_after_a_saved_reading_reads_the_whole_log(
     _grow(agent, "t", 4)
     ended = [h for h in agent.get_state_history(config("t")) if not h.next and not h.interrupts]
     monkeypatch.setattr(effects, "READING_EVERY", 10_000)  # the branch's run saves none
+    monkeypatch.setattr(effects, "READING_MIN", 10_000)
     agent.invoke({"messages": ["write_file:again"]}, ended[-1].config)  # a branch from an old checkpoint
     saver = location.saver()
     after = saver.read("t", from_reading=True)

@@ -31,6 +31,7 @@ from handrail.messages import (
     RemoveMessage,
     SystemMessage,
     ToolMessage,
+    _normalise_tool_call,
 )
 
 __all__ = ["TAG", "compact", "dumps", "loads", "register_type"]
@@ -43,6 +44,8 @@ _Decoder = Callable[[dict[str, Any]], Any]
 
 _ENCODERS: dict[type, tuple[str, _Encoder]] = {}
 _DECODERS: dict[str, _Decoder] = {}
+
+_TAGGED_OK: set[str] = set()  # decoders that take the tagged dict as it is (and drop the tag)
 
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
@@ -80,23 +83,70 @@ def _message_encoder(cls: type[BaseMessage]) -> _Encoder:
 
 
 def _message_decoder(cls: type[BaseMessage]) -> _Decoder:
-    known = {f.name for f in dataclasses.fields(cls)}
+    """A loader of stored ``cls`` fields that checks each field's type and builds the
+    message without the work its constructor does for hand-written input: stored tool
+    calls are already in their normal form (one that is not is normalised as before)."""
+    fields_of = dataclasses.fields(cls)
+    known = frozenset(f.name for f in fields_of)
+    allowed = known | {TAG}
+    template = {f.name: f.default for f in fields_of if f.default is not dataclasses.MISSING}
+    containers = tuple(
+        (f.name, type(f.default_factory())) for f in fields_of if f.default_factory is not dataclasses.MISSING
+    )
+    is_ai, is_tool, is_remove = "tool_calls" in known, cls is ToolMessage, cls is RemoveMessage
+    new = object.__new__
+    absent = object()
 
     def decode(fields: dict[str, Any]) -> BaseMessage:
-        unknown = set(fields) - known
-        if unknown:
-            raise ValueError(f"unexpected field(s) {sorted(unknown)} for a {cls.__name__}")
-        if not isinstance(fields.get("content", ""), (str, list)):
+        """Build the message from its fields (with or without the tag, which is dropped)."""
+        if not allowed.issuperset(fields):
+            raise ValueError(f"unexpected field(s) {sorted(set(fields) - allowed)} for a {cls.__name__}")
+        state = {**template, **fields}
+        state.pop(TAG, None)
+        content, message_id, name = state["content"], state["id"], state["name"]
+        if type(content) is not str and type(content) is not list:
             raise ValueError(f"{cls.__name__} content must be a string or a list")
-        for name in ("id", "name"):
-            if fields.get(name) is not None and not isinstance(fields[name], str):
-                raise ValueError(f"{cls.__name__} {name} must be a string")
-        for name in ("tool_calls", "invalid_tool_calls", "tool_call_chunks"):
-            if name in fields and not isinstance(fields[name], list):
-                raise ValueError(f"{cls.__name__} {name} must be a list")
-        return cls(**fields)
+        if (message_id is not None and type(message_id) is not str) or (
+            name is not None and type(name) is not str
+        ):
+            raise ValueError(f"{cls.__name__} id and name must be strings")
+        for field_name, kind in containers:
+            value = state.get(field_name, absent)
+            if value is absent:
+                state[field_name] = kind()
+            elif type(value) is not kind:
+                raise ValueError(f"{cls.__name__} {field_name} must be a {kind.__name__}")
+        if is_ai:
+            calls = state["tool_calls"]
+            for call in calls:
+                if not _normal_call(call):
+                    state["tool_calls"] = [_normalise_tool_call(tc) for tc in calls]
+                    break
+        elif is_tool:
+            call_id, status = state["tool_call_id"], state["status"]
+            if type(call_id) is not str or not call_id:
+                raise ValueError("ToolMessage needs a non-empty tool_call_id naming the call it answers")
+            if status != "success" and status != "error":
+                raise ValueError(f"ToolMessage status must be 'success' or 'error', got {status!r}")
+        elif is_remove and not message_id:
+            raise ValueError("RemoveMessage needs the id of the message to remove")
+        message: Any = new(cls)
+        message.__dict__ = state
+        return message  # type: ignore[no-any-return]
 
     return decode
+
+
+def _normal_call(tc: Any) -> bool:
+    """Whether a stored tool call is in the form ``AIMessage`` gives its calls."""
+    return (
+        type(tc) is dict
+        and len(tc) == 4
+        and tc.get("type") == "tool_call"
+        and type(tc.get("name")) is str
+        and type(tc.get("args")) is dict
+        and "id" in tc
+    )
 
 
 for _name, _cls in (
@@ -108,6 +158,7 @@ for _name, _cls in (
     ("remove", RemoveMessage),
 ):
     register_type(_name, _cls, _message_encoder(_cls), _message_decoder(_cls))
+    _TAGGED_OK.add(_name)
 
 
 def _decode_datetime(fields: dict[str, Any]) -> datetime:
@@ -185,8 +236,20 @@ def loads(
     """
     try:
         decoded = orjson.loads(payload)
-        if type(payload) is bytes and _TAG_KEY not in payload and b"\\u" not in payload:
-            return decoded  # no tagged object in it (a key can only be spelled so, unescaped)
+        if type(payload) is bytes and b"\\u" not in payload:
+            # Without escapes, every tagged object spells its key so: counted, the tags
+            # tell whether a walk that does not look inside tagged objects found them all.
+            tags = payload.count(_TAG_KEY)
+            if not tags:
+                return decoded
+            walk = _Shallow()
+            try:
+                revived = walk.revive(decoded)
+            except _BadRecord:
+                walk.found = -1
+            if walk.found == tags:
+                return revived
+            decoded = orjson.loads(payload)  # a tag nested inside a tagged object: the whole walk
         return _revive(decoded)
     except orjson.JSONDecodeError as exc:
         reason = f"not valid JSON ({exc})"
@@ -201,6 +264,54 @@ def loads(
 
 class _BadRecord(Exception):
     pass
+
+
+class _Shallow:
+    """The walk for the usual record: tagged objects hold no tagged object inside them.
+
+    It rebuilds each tagged object from its fields as they are and counts them; the
+    caller compares the count with the tags the bytes hold, and walks again with
+    :func:`_revive` when they differ. It never changes the decoded JSON it walks.
+    """
+
+    __slots__ = ("found",)
+
+    def __init__(self) -> None:
+        self.found = 0
+
+    def revive(self, value: Any) -> Any:
+        if type(value) is dict:
+            tag = value.get(TAG)
+            if tag is None:
+                changed: dict[str, Any] | None = None
+                for key, item in value.items():
+                    if type(item) is dict or type(item) is list:
+                        revived = self.revive(item)
+                        if revived is not item:
+                            if changed is None:
+                                changed = dict(value)
+                            changed[key] = revived
+                return value if changed is None else changed
+            decoder = _DECODERS.get(tag) if type(tag) is str else None
+            if decoder is None:
+                raise _BadRecord(f"unknown stored type {tag!r}")
+            try:
+                out = decoder(value if tag in _TAGGED_OK else {k: v for k, v in value.items() if k != TAG})
+            except (TypeError, ValueError) as exc:
+                raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
+            self.found += 1
+            return out
+        if type(value) is not list:
+            return value
+        out_list: list[Any] | None = None
+        for position, item in enumerate(value):
+            if type(item) is dict or type(item) is list:
+                revived = self.revive(item)
+                if revived is not item:
+                    if out_list is None:
+                        out_list = list(value)
+                    out_list[position] = revived
+        return value if out_list is None else out_list
 
 
 def _revive(value: Any) -> Any:

@@ -371,9 +371,14 @@ def _asked(record: InterruptRecord) -> dict[str, Any]:
 
 _NO_ARGS: dict[str, Any] = {}
 _RELAXED: dict[str, Any] = {"durable": False}
-# A run's last append also saves the whole reading of the thread once this many events
-# were added since the last saved one: a new process then folds at most this many.
+# A run's last append also saves the whole reading of the thread once as many events
+# were added since the last saved one as the thread has messages, at least READING_MIN
+# and at most READING_EVERY: a new process then folds at most that many. A reading costs
+# about as much to write as the thread has messages, so the interval grows with it and a
+# write's cost per event stays flat; a cold load costs about a reading's decoding plus
+# as many events again, small threads included.
 READING_EVERY = 400
+READING_MIN = 32
 
 
 @functools.cache
@@ -400,7 +405,8 @@ def _relaxed(store: BaseCheckpointSaver, durable: bool, method: str) -> dict[str
 
 
 def _reading_due(fold: ThreadFold, store: BaseCheckpointSaver, method: str) -> bool:
-    return fold.head_seq - fold.reading_seq >= READING_EVERY and takes(type(store), method, "reading")
+    interval = min(READING_EVERY, max(READING_MIN, len(fold.values.get("messages") or ())))
+    return fold.head_seq - fold.reading_seq >= interval and takes(type(store), method, "reading")
 
 
 def saved_reading(fold: ThreadFold) -> StoredEvent:
