@@ -436,7 +436,7 @@ def test_a_string_that_spells_the_tag_does_not_hide_a_nested_tagged_value() -> N
         ({"content": 3}, "content must be a string or a list"),
         ({"content": "", "id": 5}, "id and name must be strings"),
         ({"content": "", "tool_calls": {"a": 1}}, "tool_calls must be a list"),
-        ({"content": "", "additional_kwargs": []}, "additional_kwargs must be a dict"),
+        ({"content": "", "invalid_tool_calls": None}, "invalid_tool_calls must be a list"),
         ({"content": "", "tool_calls": [{"args": {}}]}, "a tool call must be a dict with a string 'name'"),
         ({"content": "", "tool_calls": [{"name": "t", "args": 3}]}, "args must be a dict"),
         ({"content": "", "colour": "red"}, "unexpected field"),
@@ -462,3 +462,31 @@ def test_loaded_messages_do_not_share_their_empty_fields() -> None:
     first.tool_calls.append({"name": "t", "args": {}, "id": "c", "type": "tool_call"})
     assert second.additional_kwargs == {} and second.tool_calls == []
     assert AIMessage("c").additional_kwargs == {}
+
+
+def test_what_a_dict_field_was_given_it_keeps_through_the_store() -> None:
+    """A message built with ``additional_kwargs=None`` (nothing refuses it) is stored as it
+    is and loads as it was: the store never wedges a thread on what it accepted."""
+    odd = AIMessage("x", additional_kwargs=None, response_metadata=[1])  # type: ignore[arg-type]
+    assert loads(dumps([odd])) == [odd]
+
+
+def test_messages_are_stored_in_the_same_bytes_as_before() -> None:
+    """The encoder's fast form writes exactly what the first one wrote (same keys, same order)."""
+    messages = [
+        HumanMessage("hi", id="h"),
+        AIMessage(
+            "",
+            id="a",
+            tool_calls=[{"name": "t", "args": {"x": 1}, "id": "c"}],
+            usage_metadata={"input_tokens": 3},
+            response_metadata={"model_name": "m"},
+        ),
+        ToolMessage("r", tool_call_id="c", status="error", name="t", id="x"),
+    ]
+    assert dumps(messages) == (
+        b'[{"__hr__":"human","content":"hi","id":"h"},{"__hr__":"ai","content":"","id":"a",'
+        b'"response_metadata":{"model_name":"m"},"tool_calls":[{"name":"t","args":{"x":1},"id":"c",'
+        b'"type":"tool_call"}],"usage_metadata":{"input_tokens":3}},{"__hr__":"tool","content":"r",'
+        b'"id":"x","name":"t","tool_call_id":"c","status":"error"}]'
+    )

@@ -271,3 +271,26 @@ def test_a_kept_audit_record_damaged_after_pruning_is_found(tmp_path: Path) -> N
     assert (report.ok, report.first_bad) == (False, rows[index].seq)
     with pytest.raises(SerializationError, match=f"record {rows[index].seq}: it does not match its hash"):
         fresh.get_audit_trail(config("t"))
+
+
+def test_the_hash_of_a_record_is_the_one_rule_2_defines_and_never_changes() -> None:
+    """Rule 2, pinned: records sealed by any earlier version keep verifying."""
+    import hashlib
+    import struct
+
+    from handrail.checkpoint.integrity import GENESIS, link
+
+    body = b'{"step":"model","next":["tools"]}'
+    expected = hashlib.sha256(GENESIS)
+    for part in (
+        (2).to_bytes(4, "big"),
+        b"t1",
+        struct.pack(">qd", 7, 1764633600.25),
+        (4).to_bytes(4, "big"),
+        b"step",
+        body,
+    ):
+        expected.update(part)
+    assert link(GENESIS, "t1", 7, "step", 1764633600.25, body) == expected.digest()
+    # the value the version that sealed the first records gave
+    assert expected.hexdigest() == "2d15033bc981a07c3aeec733d430ccd57afdf00626d95dc005a9b178b37bc7df"

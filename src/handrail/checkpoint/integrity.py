@@ -61,14 +61,19 @@ def link(prev: bytes, thread_id: str, seq: int, kind: str, created_at: float, bo
     """The hash of one record, chained to ``prev`` (rule 2)."""
     thread = thread_id.encode()
     name = kind.encode()
-    digest = hashlib.sha256(prev)
-    digest.update(len(thread).to_bytes(4, "big"))
-    digest.update(thread)
-    digest.update(_NUMBERS.pack(seq, created_at))
-    digest.update(len(name).to_bytes(4, "big"))
-    digest.update(name)
-    digest.update(body)
-    return digest.digest()
+    return hashlib.sha256(
+        b"".join(
+            (
+                prev,
+                len(thread).to_bytes(4, "big"),
+                thread,
+                _NUMBERS.pack(seq, created_at),
+                len(name).to_bytes(4, "big"),
+                name,
+                body,
+            )
+        )
+    ).digest()
 
 
 def seal(

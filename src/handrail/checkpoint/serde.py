@@ -63,20 +63,28 @@ def register_type(name: str, cls: type, encode: _Encoder, decode: _Decoder) -> N
     _DECODERS[name] = decode
 
 
-def _message_encoder(cls: type[BaseMessage]) -> _Encoder:
-    defaults = {
-        f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-        for f in dataclasses.fields(cls)
-    }
+def _message_encoder(name: str, cls: type[BaseMessage]) -> _Encoder:
+    """The stored form of a ``cls``: its tag, its content and the fields that differ
+    from their defaults (an empty list or dict, None, a default string), in field order."""
+    checks: list[tuple[str, Any, type | None]] = []
+    for f in dataclasses.fields(cls):
+        if f.name == "content":
+            continue
+        if f.default_factory is not dataclasses.MISSING:
+            checks.append((f.name, None, type(f.default_factory())))  # kept unless empty
+        else:
+            checks.append((f.name, f.default, None))
 
     def encode(message: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"content": message.content}
-        for name, default in defaults.items():
-            if name == "content":
-                continue
-            value = getattr(message, name)
-            if value != default:
-                out[name] = value
+        state = message.__dict__
+        out: dict[str, Any] = {TAG: name, "content": state["content"]}
+        for field_name, default, kind in checks:
+            value = state[field_name]
+            if kind is not None:
+                if value or type(value) is not kind:
+                    out[field_name] = value
+            elif value is not default and value != default:
+                out[field_name] = value
         return out
 
     return encode
@@ -114,8 +122,8 @@ def _message_decoder(cls: type[BaseMessage]) -> _Decoder:
             value = state.get(field_name, absent)
             if value is absent:
                 state[field_name] = kind()
-            elif type(value) is not kind:
-                raise ValueError(f"{cls.__name__} {field_name} must be a {kind.__name__}")
+            elif kind is list and type(value) is not list:  # (what a dict field holds, it keeps)
+                raise ValueError(f"{cls.__name__} {field_name} must be a list")
         if is_ai:
             calls = state["tool_calls"]
             for call in calls:
@@ -157,8 +165,8 @@ for _name, _cls in (
     ("tool", ToolMessage),
     ("remove", RemoveMessage),
 ):
-    register_type(_name, _cls, _message_encoder(_cls), _message_decoder(_cls))
-    _TAGGED_OK.add(_name)
+    register_type(_name, _cls, _message_encoder(_name, _cls), _message_decoder(_cls))
+    _TAGGED_OK.add(_name)  # its encoder writes the tag and its decoder drops it
 
 
 def _decode_datetime(fields: dict[str, Any]) -> datetime:
@@ -178,6 +186,8 @@ def _default(obj: Any) -> Any:
             "types (dict, list, str, int, float, bool, None), messages and datetimes"
         )
     name, encode = entry
+    if name in _TAGGED_OK:
+        return encode(obj)
     return {TAG: name, **encode(obj)}
 
 
