@@ -10,13 +10,7 @@ The public names live here; errors live in :mod:`handrail.errors`.
 from typing import TYPE_CHECKING, Any
 
 from handrail.agent import Agent, InterruptPage, PendingInterrupt, create_agent
-from handrail.checkpoint import (
-    AsyncSqliteSaver,
-    BaseCheckpointSaver,
-    InMemorySaver,
-    MemorySaver,
-    SqliteSaver,
-)
+from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver, MemorySaver
 from handrail.messages import (
     AIMessage,
     AIMessageChunk,
@@ -46,7 +40,7 @@ from handrail.middleware import (
     ReviewConfig,
     ToolCallRequest,
 )
-from handrail.models import ChatModel, ScriptedModel, init_chat_model
+from handrail.models import ChatModel, init_chat_model
 from handrail.runtime.context import Runtime, ToolRuntime, get_stream_writer, interrupt
 from handrail.structured_output import ProviderStrategy, ToolStrategy
 from handrail.tools import Tool, tool
@@ -63,6 +57,9 @@ from handrail.types import (
 if TYPE_CHECKING:
     from handrail.checkpoint.postgres import AsyncPostgresSaver as AsyncPostgresSaver
     from handrail.checkpoint.postgres import PostgresSaver as PostgresSaver
+    from handrail.checkpoint.sqlite import AsyncSqliteSaver as AsyncSqliteSaver
+    from handrail.checkpoint.sqlite import SqliteSaver as SqliteSaver
+    from handrail.models.scripted import ScriptedModel as ScriptedModel
 
 __version__ = "0.1.0"
 
@@ -124,8 +121,21 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # The Postgres savers load psycopg, an optional extra: they are imported on first use
-    # and left out of __all__, so that `from handrail import *` works without psycopg.
+    # The SQLite savers and the scripted model load on first use (an agent that does not
+    # use them never pays for their import). The Postgres savers load psycopg, an optional
+    # extra: they are imported on first use and left out of __all__, so that
+    # `from handrail import *` works without psycopg.
+    if name in ("SqliteSaver", "AsyncSqliteSaver"):
+        from handrail.checkpoint import sqlite
+
+        value = getattr(sqlite, name)
+        globals()[name] = value
+        return value
+    if name == "ScriptedModel":
+        from handrail.models.scripted import ScriptedModel
+
+        globals()[name] = ScriptedModel
+        return ScriptedModel
     if name in ("PostgresSaver", "AsyncPostgresSaver"):
         from handrail.checkpoint import postgres
 

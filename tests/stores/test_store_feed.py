@@ -20,8 +20,8 @@ import pytest
 from _stores import PGBOUNCER, Location, Store, approve, build_agent, config, finished, log_lines, start
 
 from handrail.checkpoint.base import ClaimFilter
-from handrail.checkpoint.serde import loads
 from handrail.errors import ConflictError
+from handrail.runtime.events import decode_notice
 
 WORKER = str(Path(__file__).with_name("_stores.py"))
 ALICE = {"id": "alice", "roles": ["ops"]}
@@ -29,7 +29,7 @@ APPROVE = {"decisions": [{"type": "approve"}]}
 
 
 def told(entries: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(e.thread_id, e.kind, loads(e.data)) for e in entries]
+    return [(e.thread_id, e.kind, decode_notice(e.data, e.thread_id, e.cursor)) for e in entries]
 
 
 async def test_a_review_cycle_tells_the_feed_what_was_asked_answered_and_ended(
@@ -248,3 +248,33 @@ def test_waiting_for_the_queue_wakes_when_a_thread_is_queued(location: Location,
     agent.decide("t1", interrupt_id, APPROVE, reviewer=ALICE)
     thread.join(40)
     assert woke and woke[0] < 25  # woken, not timed out (a generous bound: shared machines)
+
+
+async def test_a_large_review_is_told_packed_as_its_event_is_and_reads_back_whole(
+    store: Store, tmp_path: Path
+) -> None:
+    """A review's notice holds its value: a large one is stored compressed, like the
+    interrupt event it tells of (a memory store keeps every notice in memory)."""
+    long_path = "notes/" + "quarterly-report-" * 60
+    agent = build_agent(store.saver, tmp_path / "tool.log")
+    if store.is_async:
+        await agent.ainvoke({"messages": [f"write_file:{long_path}"]}, config("t1"))
+    else:
+        agent.invoke({"messages": [f"write_file:{long_path}"]}, config("t1"))
+    asked = (await store.read_feed())[0]
+    data = decode_notice(asked.data, asked.thread_id, asked.cursor)
+    assert data["value"]["action_requests"][0]["args"] == {"path": long_path}
+    assert len(asked.data) < len(json.dumps(data).encode()) / 2
+
+
+def test_a_damaged_notice_raises_naming_its_thread_and_place() -> None:
+    from handrail.checkpoint.serde import dumps
+    from handrail.errors import SerializationError
+    from handrail.runtime.events import pack_payload
+
+    data = {"value": {"text": "the quick brown fox " * 40}}
+    packed = pack_payload(dumps(data))
+    assert decode_notice(packed, "t1", "41") == data
+    for damaged in (packed[:-4], b"{not json", b"\x04" + b"\x00" * 12):
+        with pytest.raises(SerializationError, match="thread 't1', notice 41"):
+            decode_notice(damaged, "t1", "41")

@@ -11,8 +11,8 @@ import pytest
 from _stores import Location, build_agent, config, finished, log_lines, start
 
 from handrail import HumanInTheLoopMiddleware, InMemorySaver, ScriptedModel, create_agent
-from handrail.checkpoint.serde import loads
 from handrail.errors import ConfigurationError
+from handrail.runtime.events import decode_notice
 from handrail.worker import Worker
 
 ALICE = {"id": "alice", "roles": ["ops"]}
@@ -111,7 +111,7 @@ async def test_a_failed_run_is_left_with_its_reason_not_retried(location: Locati
     await worker.stop()
     await running
     assert worker.ran == 1 and len(model.calls) == 2
-    told = [(e.kind, loads(e.data)) for e in saver.read_feed(end)]
+    told = [(e.kind, decode_notice(e.data, e.thread_id, e.cursor)) for e in saver.read_feed(end)]
     assert [kind for kind, _ in told] == ["review.decided", "run.finished"]
     assert (told[1][1]["status"], told[1][1]["thread_status"]) == ("error", "running")
     assert saver.claim_queued("run-again") is None

@@ -135,7 +135,9 @@ class Notice:
     """A row for the store's feed, written with an append: what readers are told.
 
     ``kind`` is ``"review.requested"``, ``"review.decided"`` or ``"run.finished"``;
-    ``data`` is its JSON (handrail's serialisation), kept by the store as it is.
+    ``data`` is its JSON (handrail's serialisation), packed as event payloads are
+    (compressed when large: ``runtime.events.decode_notice`` reads it), kept by the store
+    as it is.
     """
 
     kind: str

@@ -1,4 +1,12 @@
-"""Middleware: the base class, the request types, the decorators and the built-in middleware."""
+"""Middleware: the base class, the request types, the decorators and the built-in middleware.
+
+The review middleware, the base class and the decorators load with the package; the other
+built-in middleware (fallback, limits, retry, summarization) on first use, so that an agent
+that does not use them does not pay for their import.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from handrail.middleware.decorators import (
     after_agent,
@@ -10,7 +18,6 @@ from handrail.middleware.decorators import (
     wrap_model_call,
     wrap_tool_call,
 )
-from handrail.middleware.fallback import ModelFallbackMiddleware
 from handrail.middleware.human_in_the_loop import (
     Action,
     ActionRequest,
@@ -26,9 +33,6 @@ from handrail.middleware.human_in_the_loop import (
     ReviewConfig,
     ToolApprovalRequest,
 )
-from handrail.middleware.limits import ModelCallLimitMiddleware, ToolCallLimitMiddleware
-from handrail.middleware.retry import ModelRetryMiddleware, ToolRetryMiddleware
-from handrail.middleware.summarization import SummarizationMiddleware
 from handrail.middleware.types import (
     AgentMiddleware,
     AgentState,
@@ -37,6 +41,21 @@ from handrail.middleware.types import (
     ResumeContext,
     ToolCallRequest,
 )
+
+if TYPE_CHECKING:
+    from handrail.middleware.fallback import ModelFallbackMiddleware
+    from handrail.middleware.limits import ModelCallLimitMiddleware, ToolCallLimitMiddleware
+    from handrail.middleware.retry import ModelRetryMiddleware, ToolRetryMiddleware
+    from handrail.middleware.summarization import SummarizationMiddleware
+
+_ON_FIRST_USE = {
+    "ModelFallbackMiddleware": "handrail.middleware.fallback",
+    "ModelCallLimitMiddleware": "handrail.middleware.limits",
+    "ToolCallLimitMiddleware": "handrail.middleware.limits",
+    "ModelRetryMiddleware": "handrail.middleware.retry",
+    "ToolRetryMiddleware": "handrail.middleware.retry",
+    "SummarizationMiddleware": "handrail.middleware.summarization",
+}
 
 __all__ = [
     "Action",
@@ -73,3 +92,12 @@ __all__ = [
     "wrap_model_call",
     "wrap_tool_call",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handrail.errors import ConfigurationError
 from handrail.models.base import ChatModel, ToolSpec, accumulate_chunks
@@ -25,7 +25,9 @@ from handrail.models.errors import (
     ModelServerError,
     ModelTimeoutError,
 )
-from handrail.models.scripted import ScriptedModel, ScriptExhaustedError
+
+if TYPE_CHECKING:
+    from handrail.models.scripted import ScriptedModel, ScriptExhaustedError
 
 __all__ = [
     "ChatModel",
@@ -120,3 +122,14 @@ def init_chat_model(model: str, *, model_provider: str | None = None, **options:
         ) from None
     factory: Callable[..., ChatModel] = getattr(module, attribute)
     return factory(name, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # The scripted model loads on first use (an agent on a real provider never needs it).
+    if name in ("ScriptedModel", "ScriptExhaustedError"):
+        from handrail.models import scripted
+
+        value = getattr(scripted, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -357,7 +357,8 @@ def flush(*, last: bool = False, failed: bool = False) -> Persist:
 
 
 def _notice(kind: str, env: Env, data: dict[str, Any]) -> Notice:
-    return Notice(kind, dumps(data, where=f"a notice of thread {env.thread_id!r}"))
+    # packed as an event's payload is (a review's notice holds its value, which can be large)
+    return Notice(kind, pack_payload(dumps(data, where=f"a notice of thread {env.thread_id!r}")))
 
 
 def _asked(record: InterruptRecord) -> dict[str, Any]:

@@ -65,6 +65,7 @@ __all__ = [
     "REVIEW_KINDS",
     "Event",
     "decode_event",
+    "decode_notice",
     "decode_review",
     "encode_event",
     "review_payload",
@@ -384,6 +385,13 @@ def decode_review(payload: bytes, thread_id: str, interrupt_id: str, kind: str |
     else:
         return data["value"]
     raise SerializationError(f"cannot load thread {thread_id!r}, {record}: {problem}", thread_id=thread_id)
+
+
+def decode_notice(data: bytes, thread_id: str, cursor: str) -> Any:
+    """The data of a feed notice (``Notice.data``: JSON, packed as event payloads are);
+    damage raises :class:`SerializationError` naming the thread and the notice."""
+    record = f"notice {cursor}"
+    return loads(unpack_payload(data, thread_id, record), thread_id=thread_id, record=record)
 
 
 def decode_event(stored: StoredEvent, thread_id: str) -> Event:

@@ -23,34 +23,53 @@ __all__ = ["AgentSpec", "FoldCache", "state_schema_of"]
 class FoldCache:
     """The latest reading of recently used threads, so a resume reads only new events.
 
-    Entries are never mutated after they are stored; a run works on its own copy.
+    What an agent keeps for the threads it has seen, and all it keeps: at most ``size``
+    threads (128) and ``messages`` messages between them (32,768), the least recently
+    used going first (the one just stored always stays). A thread that is not here
+    loads from its saved reading and the events after it (``runtime/reading.py``), which
+    costs about as much as decoding what it holds. Entries are never mutated after they
+    are stored; a run works on its own copy.
     """
 
-    def __init__(self, size: int = 512) -> None:
+    def __init__(self, size: int = 128, messages: int = 32_768) -> None:
         self._size = size
-        self._entries: OrderedDict[str, ThreadFold] = OrderedDict()
+        self._messages = messages
+        self._held = 0  # messages in the entries
+        self._entries: OrderedDict[str, tuple[ThreadFold, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, thread_id: str) -> ThreadFold | None:
         with self._lock:
-            fold = self._entries.get(thread_id)
-            if fold is not None:
-                self._entries.move_to_end(thread_id)
-            return fold
+            entry = self._entries.get(thread_id)
+            if entry is None:
+                return None
+            self._entries.move_to_end(thread_id)
+            return entry[0]
 
     def put(self, fold: ThreadFold) -> None:
+        count = len(fold.values.get("messages") or ())
         with self._lock:
             current = self._entries.get(fold.thread_id)
-            if current is not None and current.epoch == fold.epoch and current.head_seq > fold.head_seq:
-                return
-            self._entries[fold.thread_id] = fold
+            if current is not None:
+                if current[0].epoch == fold.epoch and current[0].head_seq > fold.head_seq:
+                    return
+                self._held -= current[1]
+            self._entries[fold.thread_id] = (fold, count)
             self._entries.move_to_end(fold.thread_id)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+            self._held += count
+            while len(self._entries) > 1 and (len(self._entries) > self._size or self._held > self._messages):
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._held -= dropped
 
     def drop(self, thread_id: str) -> None:
         with self._lock:
-            self._entries.pop(thread_id, None)
+            entry = self._entries.pop(thread_id, None)
+            if entry is not None:
+                self._held -= entry[1]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
 
 
 @dataclass

@@ -34,9 +34,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import StreamingResponse
 
 from handrail.checkpoint.base import BaseCheckpointSaver, FeedEntry
-from handrail.checkpoint.serde import loads
 from handrail.errors import SerializationError
 from handrail.runtime.authority import refusal
+from handrail.runtime.events import decode_notice as read_notice
 from handrail.server.auth import caller
 from handrail.server.problems import Problem, documented
 from handrail.server.service import Service
@@ -223,7 +223,7 @@ async def events(
 def decode_notice(entry: FeedEntry) -> dict[str, Any] | None:
     """A feed entry's data, or None if it cannot be read."""
     try:
-        data = loads(entry.data, thread_id=entry.thread_id, record=f"notice {entry.cursor}")
+        data = read_notice(entry.data, entry.thread_id, entry.cursor)
     except SerializationError:
         return None
     return data if isinstance(data, dict) else None

@@ -82,7 +82,8 @@ class Site:
         return thread, values["__interrupt__"][0]["id"]
 
     async def settle(self) -> None:
-        """Until no run of the API or the worker is going, and the worker has nothing queued."""
+        """Until no run of the API or the worker is going, and the store holds no run row:
+        none queued, and none claimed (the worker's claim commits before it counts the run)."""
         deadline = time.monotonic() + 10
         while self.service.runs.active or self.service.worker._running or self.queued():
             assert time.monotonic() < deadline, "a run did not end"
@@ -90,7 +91,7 @@ class Site:
 
     def queued(self) -> bool:
         with sqlite3.connect(self.path) as conn:
-            return bool(conn.execute("SELECT 1 FROM handrail_runs WHERE run_id = 'queued'").fetchall())
+            return bool(conn.execute("SELECT 1 FROM handrail_runs").fetchall())
 
     async def answers(self, thread: str) -> list[Any]:
         trail = await self.agent.aget_audit_trail({"configurable": {"thread_id": thread}})
