@@ -93,8 +93,12 @@ def _timed(call: Any, *args: Any) -> tuple[Any, float]:
 
 # Tasks -------------------------------------------------------------------------------------
 def task_cycle(system: System, backend: str, threads: int = 40, cycles: int = 5, warmup: int = 5) -> dict:
-    """``threads`` short threads: time the first pause, then ``cycles`` review cycles each."""
+    """``threads`` short threads: time the first pause, then ``cycles`` review cycles each.
+
+    ``full_cycle``: a fresh thread's first pause plus its first cycle, one sample a thread.
+    """
     first: list[float] = []
+    full: list[float] = []
     times: list[float] = []
     with fresh_location(system, backend) as location, system.store(backend, location) as saver:
         agent = system.agent(saver, None)
@@ -108,8 +112,10 @@ def task_cycle(system: System, backend: str, threads: int = 40, cycles: int = 5,
                 samples.append(elapsed)
             if i >= warmup:
                 first.append(seconds)
+                if samples:
+                    full.append(seconds + samples[0])
                 times += samples
-    return {"first_pause": first, "cycle": times}
+    return {"first_pause": first, "cycle": times, "full_cycle": full}
 
 
 def task_growth(

@@ -171,18 +171,32 @@ def _of(rows: list[dict[str, Any]], system: str, backend: str) -> list[dict[str,
 
 
 def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[int]) -> dict[str, Any]:
-    summary: dict[str, Any] = {"cycle": {}, "growth": {}, "throughput": {}, "commits": {}, "memory": {}}
+    summary: dict[str, Any] = {
+        "cycle": {},
+        "full_cycle": {},
+        "growth": {},
+        "throughput": {},
+        "commits": {},
+        "memory": {},
+    }
     for backend in backends:
         for system in SYSTEMS:
             key = f"{system}/{backend}"
             cycles = [t for r in _of(raw["cycle"], system, backend) for t in r["cycle"]]
             firsts = [t for r in _of(raw["cycle"], system, backend) for t in r["first_pause"]]
+            fulls = [t for r in _of(raw["cycle"], system, backend) for t in r.get("full_cycle", [])]
             if cycles:
                 summary["cycle"][key] = {
                     "median": median(cycles),
                     "p90": p90(cycles),
                     "samples": len(cycles),
                     "first_pause_median": median(firsts),
+                }
+            if fulls:
+                summary["full_cycle"][key] = {
+                    "median": median(fulls),
+                    "p90": p90(fulls),
+                    "samples": len(fulls),
                 }
             walls = [w for r in _of(raw["throughput"], system, backend) for w in r["walls"]]
             if walls:
@@ -558,7 +572,49 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                 rows,
             )
         )
+    out += cold_tables(summary, backends)
     return "\n".join(out) + "\n"
+
+
+def cold_tables(summary: dict[str, Any], backends: Sequence[str]) -> list[str]:
+    """Issue 16's measures: the cold resume, the full cycle of a fresh thread, the import."""
+    out: list[str] = []
+    full = summary.get("full_cycle", {})
+    rows = []
+    for backend in backends:
+        h, lg = full.get(f"handrail/{backend}"), full.get(f"langgraph/{backend}")
+        if not h or not lg:
+            continue
+        ratio = lg["median"] / h["median"]
+        goal = SPEED_GOAL[backend]
+        rows.append(
+            [
+                backend,
+                _ms(lg["median"]),
+                _ms(h["median"]),
+                f"{ratio:.1f}x",
+                f"{goal:.0f}x: {_met(ratio >= goal)}",
+                f"{_ms(lg['p90'])} / {_ms(h['p90'])}",
+                f"{lg['samples']} / {h['samples']}",
+            ]
+        )
+    if rows:
+        out.append("\n### Full cycle of a fresh thread (start -> first interrupt, then the first resume)\n")
+        out.append(
+            _table(
+                [
+                    "backend",
+                    "LangGraph ms",
+                    "handrail ms",
+                    "LangGraph / handrail",
+                    "goal",
+                    "p90 ms (LangGraph / handrail)",
+                    "samples (LangGraph / handrail)",
+                ],
+                rows,
+            )
+        )
+    return out
 
 
 # Plots ---------------------------------------------------------------------------------------
