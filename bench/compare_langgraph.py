@@ -50,12 +50,19 @@ BACKENDS = ("memory", "sqlite", "postgres")
 LABEL = {"handrail": "handrail", "langgraph": "LangGraph"}
 # Goals of the issue: handrail's cycle and throughput vs LangGraph's, on the same backend
 SPEED_GOAL = {"memory": 20.0, "sqlite": 8.0, "postgres": 6.0}
+# Issue 16: a cold resume (a new agent object, and a new process), LangGraph / handrail at
+# least this, by thread length (turns) and backend; other lengths are reported without a goal
+COLD_GOAL = {
+    10: {"memory": 15.0, "sqlite": 10.0, "postgres": 8.0},
+    500: {"memory": 25.0, "sqlite": 25.0, "postgres": 15.0},
+}
 
 QUICK = {
     "rounds": 1,
     "cycle": {"threads": 15, "cycles": 5, "warmup": 3},
     "lengths": [10, 50, 200],
     "growth_runs": {"handrail": 1, "langgraph": 1},
+    "coldproc": {"samples": 3},
     "throughput": {"rounds": 2, "warmup": 1},
     "memory_threads": 1000,
     "raw_samples": 100,
@@ -65,6 +72,7 @@ FULL = {
     "cycle": {"threads": 40, "cycles": 5, "warmup": 5},
     "lengths": [10, 50, 200, 500],
     "growth_runs": {"handrail": 2, "langgraph": 1},
+    "coldproc": {"samples": 5},
     "throughput": {"rounds": 5, "warmup": 1},
     "memory_threads": 1000,
     "raw_samples": 300,
@@ -120,6 +128,7 @@ def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> d
     results: dict[str, Any] = {
         "cycle": [],
         "growth": [],
+        "coldproc": [],
         "throughput": [],
         "memory": [],
         "commits": [],
@@ -130,12 +139,16 @@ def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> d
         results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
         for b, backend in enumerate(backends):
             order = SYSTEMS if (round_no + b) % 2 == 0 else SYSTEMS[::-1]
-            for task in ("cycle", "throughput", "growth"):
+            # coldproc: the memory store dies with its process, so no new process can resume it
+            tasks = ("cycle", "throughput", "growth") + (("coldproc",) if backend != "memory" else ())
+            for task in tasks:
                 for system in order:
                     if task == "cycle":
                         runs = [config["cycle"]]
                     elif task == "throughput":
                         runs = [config["throughput"]]
+                    elif task == "coldproc":
+                        runs = [{"lengths": config["lengths"], **config.get("coldproc", {})}]
                     else:
                         runs = [{"lengths": config["lengths"]}] * config["growth_runs"][system]
                     for i, params in enumerate(runs):
@@ -175,6 +188,7 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
         "cycle": {},
         "full_cycle": {},
         "growth": {},
+        "coldproc": {},
         "throughput": {},
         "commits": {},
         "memory": {},
@@ -214,6 +228,9 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
             growth = _of(raw["growth"], system, backend)
             if growth:
                 summary["growth"][key] = _growth(growth, lengths)
+            coldproc = _of(raw.get("coldproc", []), system, backend)
+            if coldproc:
+                summary["coldproc"][key] = _coldproc(coldproc, lengths)
             commits = _of(raw["commits"], system, backend)
             if commits:
                 c = commits[0]
@@ -292,6 +309,26 @@ def _growth(runs: list[dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any
                 by_turn.setdefault(turn, []).append(seconds)
     out["curve"] = [[turn, median(v)] for turn, v in sorted(by_turn.items())]
     return out
+
+
+def _coldproc(runs: list[dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any]:
+    points = []
+    for n in lengths:
+        rows = [s for r in runs for s in r["samples"] if s["turns"] == n]
+        if not rows:
+            continue
+        resumes = [s["resume"] for s in rows]
+        points.append(
+            {
+                "turns": n,
+                "median": median(resumes),
+                "p90": p90(resumes),
+                "open_build_median": median([s["open_build"] for s in rows]),
+                "wall_median": median([s["wall"] for s in rows]),
+                "samples": len(rows),
+            }
+        )
+    return {"points": points}
 
 
 def machine() -> dict[str, Any]:
@@ -579,6 +616,69 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
 def cold_tables(summary: dict[str, Any], backends: Sequence[str]) -> list[str]:
     """Issue 16's measures: the cold resume, the full cycle of a fresh thread, the import."""
     out: list[str] = []
+
+    def cold_rows(section: dict[str, Any], field: str, extra: Any = None) -> list[list[str]]:
+        rows = []
+        for backend in backends:
+            h, lg = section.get(f"handrail/{backend}"), section.get(f"langgraph/{backend}")
+            if not h or not lg:
+                continue
+            theirs = {p["turns"]: p for p in lg["points"]}
+            for p in h["points"]:
+                q = theirs.get(p["turns"])
+                if not q:
+                    continue
+                ratio = q[field] / p[field]
+                goal = COLD_GOAL.get(p["turns"], {}).get(backend)
+                cells = [backend, str(p["turns"]), _ms(q[field]), _ms(p[field]), f"{ratio:.1f}x"]
+                cells.append(f"{goal:.0f}x: {_met(ratio >= goal)}" if goal else "-")
+                cells += extra(q, p) if extra else []
+                rows.append(cells)
+        return rows
+
+    heads = ["backend", "turns", "LangGraph ms", "handrail ms", "LangGraph / handrail", "goal"]
+    # the growth task's cycles by a new agent object, at each length
+    rows = cold_rows(
+        summary.get("growth", {}), "cold_median", lambda q, p: [f"{q['cold_samples']} / {p['cold_samples']}"]
+    )
+    if rows:
+        out.append("\n### Cold resume by a new agent object (median ms of a resume -> next interrupt)\n")
+        out.append(
+            "The growth task's cycles at N turns and the next two, each by a new agent object built on the open "
+            "store just before it, in the process that grew the thread (its imports and connection warm).\n"
+        )
+        out.append(_table([*heads, "samples (LangGraph / handrail)"], rows))
+
+    rows = cold_rows(
+        summary.get("coldproc", {}),
+        "median",
+        lambda q, p: [
+            f"{_ms(q['p90'])} / {_ms(p['p90'])}",
+            f"{_ms(q['open_build_median'])} / {_ms(p['open_build_median'])}",
+            f"{q['samples']} / {p['samples']}",
+        ],
+    )
+    if rows:
+        out.append(
+            "\n### Cold resume by a new process (median ms of the resume call in a fresh interpreter)\n"
+        )
+        out.append(
+            "Each sample a new interpreter, on a thread it has never loaded: it imports the library, opens the "
+            "store and builds the agent (open + build, timed apart), then answers the pending review once "
+            "(the time in the table); bytecode cached for both libraries.\n"
+        )
+        out.append(
+            _table(
+                [
+                    *heads,
+                    "p90 ms (LangGraph / handrail)",
+                    "open + build ms (LangGraph / handrail)",
+                    "samples (LangGraph / handrail)",
+                ],
+                rows,
+            )
+        )
+
     full = summary.get("full_cycle", {})
     rows = []
     for backend in backends:
