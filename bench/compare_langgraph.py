@@ -36,6 +36,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +57,9 @@ COLD_GOAL = {
     10: {"memory": 15.0, "sqlite": 10.0, "postgres": 8.0},
     500: {"memory": 25.0, "sqlite": 25.0, "postgres": 15.0},
 }
+# Issue 16: `import langchain.agents` / `import handrail`, each in a fresh interpreter
+IMPORT_GOAL = 15.0
+IMPORTS = {"handrail": "handrail", "langgraph": "langchain.agents"}
 
 QUICK = {
     "rounds": 1,
@@ -63,6 +67,7 @@ QUICK = {
     "lengths": [10, 50, 200],
     "growth_runs": {"handrail": 1, "langgraph": 1},
     "coldproc": {"samples": 3},
+    "imports": {"samples": 5},
     "throughput": {"rounds": 2, "warmup": 1},
     "memory_threads": 1000,
     "raw_samples": 100,
@@ -73,6 +78,7 @@ FULL = {
     "lengths": [10, 50, 200, 500],
     "growth_runs": {"handrail": 2, "langgraph": 1},
     "coldproc": {"samples": 5},
+    "imports": {"samples": 10},
     "throughput": {"rounds": 5, "warmup": 1},
     "memory_threads": 1000,
     "raw_samples": 300,
@@ -123,6 +129,45 @@ def run_raw(samples: int, out_dir: Path, tag: str) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+def run_imports(samples: int, round_no: int, pycache: Path, out_dir: Path) -> dict[str, Any]:
+    """``samples`` fresh interpreters per system, alternating, each timing its library's import.
+
+    Bytecode cached for both (``PYTHONPYCACHEPREFIX``, filled by one untimed import each
+    first): an installed package has its bytecode, while an editable one in an
+    environment with ``PYTHONDONTWRITEBYTECODE`` would compile its source every time.
+    """
+    out = out_dir / f"imports-r{round_no}.json"
+    print(f"  {'imports':<10} {'-':<8} {'both':<9} r{round_no:<3} ...", end="", flush=True)
+    started = time.perf_counter()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    result: dict[str, Any] = {"samples": {s: [] for s in SYSTEMS}, "loaded": {}, "cached_bytecode": True}
+
+    def one(system: str) -> dict[str, Any]:
+        python = HANDRAIL_PY if system == "handrail" else REFERENCE_PY
+        command = [str(python), str(BENCH / "_importtime.py"), IMPORTS[system]]
+        done = subprocess.run(
+            command,
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPYCACHEPREFIX": str(pycache / system)},
+        )
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    for system in SYSTEMS:
+        one(system)  # untimed: writes the bytecode
+    for i in range(samples):
+        for system in SYSTEMS if (round_no + i) % 2 == 0 else SYSTEMS[::-1]:
+            row = one(system)
+            result["samples"][system].append(row["seconds"])
+            result["loaded"][system] = row["loaded"]
+            result["checked"] = row["checked"]
+    out.write_text(json.dumps(result, indent=1))
+    print(f" {time.perf_counter() - started:6.1f} s", flush=True)
+    return result
+
+
 def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> dict[str, Any]:
     """Run every task, alternating the systems; return the raw results."""
     results: dict[str, Any] = {
@@ -133,38 +178,53 @@ def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> d
         "memory": [],
         "commits": [],
         "raw": [],
+        "imports": [],
     }
-    for round_no in range(config["rounds"]):
-        print(f"round {round_no + 1} of {config['rounds']}", flush=True)
-        results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
-        for b, backend in enumerate(backends):
-            order = SYSTEMS if (round_no + b) % 2 == 0 else SYSTEMS[::-1]
-            # coldproc: the memory store dies with its process, so no new process can resume it
-            tasks = ("cycle", "throughput", "growth") + (("coldproc",) if backend != "memory" else ())
-            for task in tasks:
-                for system in order:
-                    if task == "cycle":
-                        runs = [config["cycle"]]
-                    elif task == "throughput":
-                        runs = [config["throughput"]]
-                    elif task == "coldproc":
-                        runs = [{"lengths": config["lengths"], **config.get("coldproc", {})}]
-                    else:
-                        runs = [{"lengths": config["lengths"]}] * config["growth_runs"][system]
-                    for i, params in enumerate(runs):
-                        tag = f"r{round_no}" + (f"-{i}" if len(runs) > 1 else "")
-                        results[task].append(run_task(system, task, backend, params, out_dir, tag))
-            if round_no == 0:
-                for system in order:
-                    results["commits"].append(run_task(system, "commits", backend, {}, out_dir, "r0"))
-        if round_no == 0:
-            for system in SYSTEMS:
-                for backend in [b for b in ("memory", "sqlite") if b in backends]:
-                    for traced in (False, True):
-                        params = {"threads": config["memory_threads"], "traced": traced}
-                        tag = "traced" if traced else "rss"
-                        results["memory"].append(run_task(system, "memory", backend, params, out_dir, tag))
+    pycache = Path(tempfile.mkdtemp(prefix="handrail-bench-pycache-"))
+    try:
+        for round_no in range(config["rounds"]):
+            print(f"round {round_no + 1} of {config['rounds']}", flush=True)
+            results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
+            samples = config.get("imports", {}).get("samples", 0)
+            if samples:
+                results["imports"].append(run_imports(samples, round_no, pycache, out_dir))
+            _one_round(config, backends, out_dir, round_no, results)
+    finally:
+        shutil.rmtree(pycache, ignore_errors=True)
     return results
+
+
+def _one_round(
+    config: dict[str, Any], backends: Sequence[str], out_dir: Path, round_no: int, results: dict[str, Any]
+) -> None:
+    """One round of every task, the systems alternating task by task (A B, then B A)."""
+    for b, backend in enumerate(backends):
+        order = SYSTEMS if (round_no + b) % 2 == 0 else SYSTEMS[::-1]
+        # coldproc: the memory store dies with its process, so no new process can resume it
+        tasks = ("cycle", "throughput", "growth") + (("coldproc",) if backend != "memory" else ())
+        for task in tasks:
+            for system in order:
+                if task == "cycle":
+                    runs = [config["cycle"]]
+                elif task == "throughput":
+                    runs = [config["throughput"]]
+                elif task == "coldproc":
+                    runs = [{"lengths": config["lengths"], **config.get("coldproc", {})}]
+                else:
+                    runs = [{"lengths": config["lengths"]}] * config["growth_runs"][system]
+                for i, params in enumerate(runs):
+                    tag = f"r{round_no}" + (f"-{i}" if len(runs) > 1 else "")
+                    results[task].append(run_task(system, task, backend, params, out_dir, tag))
+        if round_no == 0:
+            for system in order:
+                results["commits"].append(run_task(system, "commits", backend, {}, out_dir, "r0"))
+    if round_no == 0:
+        for system in SYSTEMS:
+            for backend in [b for b in ("memory", "sqlite") if b in backends]:
+                for traced in (False, True):
+                    params = {"threads": config["memory_threads"], "traced": traced}
+                    tag = "traced" if traced else "rss"
+                    results["memory"].append(run_task(system, "memory", backend, params, out_dir, tag))
 
 
 # Statistics ----------------------------------------------------------------------------------
@@ -260,6 +320,16 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
         "postgres": {"median": median(postgres), "p90": p90(postgres), "samples": len(postgres)},
         "postgres_synchronous_commit": raw["raw"][0]["postgres_synchronous_commit"] if raw["raw"] else None,
     }
+    imports = raw.get("imports", [])
+    if imports:
+        summary["imports"] = {k: imports[-1][k] for k in ("loaded", "checked", "cached_bytecode")}
+        for system in SYSTEMS:
+            seconds = [t for r in imports for t in r["samples"][system]]
+            summary["imports"][system] = {
+                "median": median(seconds),
+                "p90": p90(seconds),
+                "samples": len(seconds),
+            }
     versions: dict[str, str] = {}
     for rows in raw.values():
         for row in rows:
@@ -714,6 +784,45 @@ def cold_tables(summary: dict[str, Any], backends: Sequence[str]) -> list[str]:
                 rows,
             )
         )
+
+    imp = summary.get("imports")
+    if imp:
+        h, lg = imp["handrail"], imp["langgraph"]
+        ratio = lg["median"] / h["median"]
+        out.append("\n### Import time in a fresh process (`time.perf_counter()` around the import)\n")
+        out.append(
+            "Each sample a new interpreter, the two alternating"
+            + (", bytecode cached for both (`PYTHONPYCACHEPREFIX`)" if imp.get("cached_bytecode") else "")
+            + ".\n"
+        )
+        out.append(
+            _table(
+                [
+                    f"LangGraph ms (`import {IMPORTS['langgraph']}`)",
+                    f"handrail ms (`import {IMPORTS['handrail']}`)",
+                    "LangGraph / handrail",
+                    "goal",
+                    "p90 ms (LangGraph / handrail)",
+                    "samples (LangGraph / handrail)",
+                ],
+                [
+                    [
+                        _ms(lg["median"]),
+                        _ms(h["median"]),
+                        f"{ratio:.1f}x",
+                        f"{IMPORT_GOAL:.0f}x: {_met(ratio >= IMPORT_GOAL)}",
+                        f"{_ms(lg['p90'])} / {_ms(h['p90'])}",
+                        f"{lg['samples']} / {h['samples']}",
+                    ]
+                ],
+            )
+        )
+        for system in SYSTEMS:
+            loaded = imp["loaded"].get(system, [])
+            out.append(
+                f"\nLoaded by `import {IMPORTS[system]}` (of {', '.join(imp['checked'])}): "
+                + (", ".join(f"`{m}`" for m in loaded) if loaded else "none")
+            )
     return out
 
 
