@@ -59,6 +59,8 @@ COLD_GOAL = {
 }
 # Issue 16: `import langchain.agents` / `import handrail`, each in a fresh interpreter
 IMPORT_GOAL = 15.0
+# Issue 16: RSS growth per paused thread, KiB, handrail on the memory backend at most this
+RSS_GOAL_KIB = 4.0
 IMPORTS = {"handrail": "handrail", "langgraph": "langchain.agents"}
 
 QUICK = {
@@ -652,6 +654,10 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
     rows = []
     for key, m in sorted(mem.items()):
         system, backend = key.split("/")
+        per_thread = m["rss_delta_kb"] / m["threads"] if "rss_delta_kb" in m else None
+        goal = ""
+        if system == "handrail" and backend == "memory" and per_thread is not None:
+            goal = f"<= {RSS_GOAL_KIB:.0f} KiB: {_met(per_thread <= RSS_GOAL_KIB)}"
         rows.append(
             [
                 backend,
@@ -661,6 +667,8 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                 _bytes(m.get("rss_peak_delta_kb", 0) * 1024),
                 _bytes(m.get("traced_peak")),
                 _bytes(int(m.get("traced_current", 0) / m["threads"])) if "traced_current" in m else "-",
+                f"{per_thread:.1f} KiB" if per_thread is not None else "-",
+                goal,
             ]
         )
     if rows:
@@ -675,6 +683,8 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                     "RSS peak growth",
                     "tracemalloc peak",
                     "per thread (traced)",
+                    "RSS growth per thread",
+                    "goal (handrail, memory)",
                 ],
                 rows,
             )
