@@ -151,6 +151,8 @@ def cold_plot(summary: dict[str, Any], out: Path) -> None:
         ax.set_yscale("log")
         ax.set_xticks(sorted(turns), [str(t) for t in sorted(turns)])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_title(
             backend + ("" if backend != "memory" else " (no new process: the store dies with it)"), fontsize=9
         )
