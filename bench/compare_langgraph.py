@@ -9,16 +9,19 @@ reference venv (LangChain 1.5.2 / LangGraph 1.2.24, see ``setup_reference.sh``).
 task runs in a fresh interpreter; the two systems alternate task by task (A B, then
 B A) so that a slow moment of the machine hits both.
 
-Measured per backend (memory, SQLite, Postgres): the review cycle on short threads;
-the cycle as a thread grows to 10/50/200/500 turns, warm and resumed by a new agent;
-the bytes stored at those lengths; the throughput of 50 concurrent three-turn threads
-on the async savers; the memory of 1,000 paused threads; saver writes per cycle
-against the floor of two durable commits (``_rawcommit.py``).
+Measured per backend (memory, SQLite, Postgres): the review cycle on short threads,
+and a fresh thread's full cycle (first pause plus first resume); the cycle as a thread
+grows to 10/50/200/500 turns, warm and resumed by a new agent object; at those lengths
+the resume by a new process (SQLite, Postgres) and the bytes stored; the throughput of
+50 concurrent three-turn threads on the async savers; the memory of 1,000 paused
+threads; saver writes per cycle against the floor of two durable commits
+(``_rawcommit.py``). Once a round, without a backend: the time of ``import handrail``
+and of ``import langchain.agents`` in fresh interpreters (``_importtime.py``).
 
 Run::
 
     bash bench/setup_reference.sh                     # once (the runner does it if missing)
-    .venv/bin/python bench/compare_langgraph.py         # full run, 10-20 minutes
+    .venv/bin/python bench/compare_langgraph.py         # full run, about 20-30 minutes
     .venv/bin/python bench/compare_langgraph.py --quick # a few minutes
     .venv/bin/python bench/compare_langgraph.py --backends memory sqlite --no-plots
     .venv/bin/python bench/compare_langgraph.py --report bench/results/latest   # tables again
