@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 COLOURS = {"memory": "#1b9e77", "sqlite": "#d95f02", "postgres": "#7570b3"}
 STYLE = {"handrail": "-", "langgraph": "--"}
@@ -102,12 +103,76 @@ def storage_plot(summary: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+SYSTEM_COLOURS = {"handrail": "#1f77b4", "langgraph": "#d62728"}
+# how the resume was made: (label, line style, marker)
+KINDS = {
+    "warm": ("warm", "-", "o"),
+    "agent": ("cold: a new agent object", "--", "x"),
+    "process": ("cold: a new process", ":", "s"),
+}
+
+
+def cold_plot(summary: dict[str, Any], out: Path) -> None:
+    """One panel a backend: warm and cold resumes against the turns in the thread."""
+    backends = [b for b in COLOURS if any(k.endswith("/" + b) for k in summary["growth"])]
+    if not backends:
+        return
+    fig, axes = plt.subplots(1, len(backends), figsize=(4.2 * len(backends) + 1, 4.8), dpi=120, sharey=True)
+    axes = axes if len(backends) > 1 else [axes]
+    legend: dict[str, Any] = {}
+    for ax, backend in zip(axes, backends, strict=True):
+        turns: set[int] = set()
+        for system in LABEL:
+            key = f"{system}/{backend}"
+            growth = summary["growth"].get(key, {"points": []})["points"]
+            process = summary.get("coldproc", {}).get(key, {"points": []})["points"]
+            series = {
+                "warm": [(p["turns"], p["warm_median"]) for p in growth],
+                "agent": [(p["turns"], p["cold_median"]) for p in growth if p.get("cold_samples")],
+                "process": [(p["turns"], p["median"]) for p in process],
+            }
+            for kind, points in series.items():
+                if not points:
+                    continue
+                turns.update(t for t, _ in points)
+                label, style, marker = KINDS[kind]
+                (line,) = ax.plot(
+                    [t for t, _ in points],
+                    [v * 1e3 for _, v in points],
+                    style,
+                    marker=marker,
+                    color=SYSTEM_COLOURS[system],
+                    label=f"{LABEL[system]}, {label}",
+                    linewidth=1.4,
+                    markersize=5,
+                )
+                legend.setdefault(line.get_label(), line)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(sorted(turns), [str(t) for t in sorted(turns)])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_title(
+            backend + ("" if backend != "memory" else " (no new process: the store dies with it)"), fontsize=9
+        )
+        ax.set_xlabel("turns in the thread (log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("one resume -> next interrupt, ms (log scale)")
+    fig.legend(list(legend.values()), list(legend), fontsize=8, ncol=3, loc="lower center")
+    fig.suptitle("Resume by a warm agent, a new agent object and a new process")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(out / "cold_resume.png")
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     summary = json.loads(Path(argv[0]).read_text())
     out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
     cycle_plot(summary, out)
     storage_plot(summary, out)
+    cold_plot(summary, out)
     print(f"plots written to {out}")
     return 0
 

@@ -15,6 +15,8 @@ Tasks
 ``throughput``  ``asyncio.gather`` of many three-turn threads on the async savers (or, with
                 ``driver="sequential"``, the same threads one after another with ``invoke``;
                 with ``tools="async"``, the tools written ``async def``)
+``coldproc``    resumes of one grown thread, each by a new interpreter that opens the store
+                and builds the agent (the hidden ``_resume_once`` command; SQLite, Postgres)
 ``memory``      process memory of many paused threads (RSS, or tracemalloc)
 ``commits``     the saver writes a cycle makes (and, on Postgres, the server's WAL fsyncs)
 """
@@ -26,7 +28,9 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -93,8 +97,12 @@ def _timed(call: Any, *args: Any) -> tuple[Any, float]:
 
 # Tasks -------------------------------------------------------------------------------------
 def task_cycle(system: System, backend: str, threads: int = 40, cycles: int = 5, warmup: int = 5) -> dict:
-    """``threads`` short threads: time the first pause, then ``cycles`` review cycles each."""
+    """``threads`` short threads: time the first pause, then ``cycles`` review cycles each.
+
+    ``full_cycle``: a fresh thread's first pause plus its first cycle, one sample a thread.
+    """
     first: list[float] = []
+    full: list[float] = []
     times: list[float] = []
     with fresh_location(system, backend) as location, system.store(backend, location) as saver:
         agent = system.agent(saver, None)
@@ -108,8 +116,10 @@ def task_cycle(system: System, backend: str, threads: int = 40, cycles: int = 5,
                 samples.append(elapsed)
             if i >= warmup:
                 first.append(seconds)
+                if samples:
+                    full.append(seconds + samples[0])
                 times += samples
-    return {"first_pause": first, "cycle": times}
+    return {"first_pause": first, "cycle": times, "full_cycle": full}
 
 
 def task_growth(
@@ -139,6 +149,111 @@ def task_growth(
             assert interrupt_id is not None
             cycles.append([turn, elapsed, kind])
     return {"cycles": cycles, "storage": storage}
+
+
+def task_coldproc(
+    system: System,
+    backend: str,
+    lengths: tuple[int, ...] = (10, 50, 200, 500),
+    samples: int = 5,
+    cached_bytecode: bool = True,
+) -> dict:
+    """Resume one grown thread by a new process: ``samples`` fresh interpreters at each length.
+
+    The parent grows the thread to N turns (untimed; as in ``growth``, resume k answers
+    turn k) and closes its store. Each sample then starts a new interpreter on this
+    workload module's hidden ``_resume_once`` command: it imports the library, opens the
+    store and builds the agent (timed together: ``open_build``), answers the pending
+    review once (timed alone: ``resume``) and writes back the next interrupt id. The
+    thread grows by one turn a sample, so the samples at N answer turns N to
+    N + samples - 1. ``wall``: the child process from its start to its exit, seen by the
+    parent.
+
+    ``cached_bytecode``: the children run with ``PYTHONPYCACHEPREFIX`` in a scratch
+    folder (and without ``PYTHONDONTWRITEBYTECODE``), filled by one untimed child that
+    answers another thread first, so neither library compiles its source in a timed
+    child (an installed package has its bytecode; an editable one in an environment
+    that writes none compiles it at every start).
+    """
+    if backend == "memory":
+        raise ValueError("coldproc needs a store that outlives its process: sqlite or postgres")
+    main_file = str(Path(sys.modules["__main__"].__file__ or sys.argv[0]).resolve())
+    rows: list[dict[str, Any]] = []
+    thread_id = "grown"
+    turn = 0
+    scratch = _common.scratch_dir()
+    env = dict(os.environ)
+    if cached_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(scratch) / "pycache")
+
+    def child(location: str, thread: str, interrupt_id: str, answer: int) -> dict[str, Any]:
+        out = Path(scratch) / "resume.json"
+        command = [sys.executable, main_file, RESUME_ONCE, "--backend", backend, "--location", location]
+        command += ["--thread", thread, "--interrupt", interrupt_id, "--turn", str(answer), "--out", str(out)]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, env=env)
+        wall = time.perf_counter() - start
+        result = json.loads(out.read_text())
+        out.unlink()
+        return {**result, "wall": wall}
+
+    try:
+        with fresh_location(system, backend) as location:
+            assert location is not None
+            with system.store(backend, location) as saver:
+                agent = system.agent(saver, None)
+                interrupt_id: str | None = system.start(agent, thread_id)
+                warm_id = system.start(agent, "warm-up")
+            child(location, "warm-up", warm_id, 0)  # untimed: fills the bytecode cache
+            for n in sorted(lengths):
+                with system.store(backend, location) as saver:
+                    agent = system.agent(saver, None)
+                    while turn < n:
+                        assert interrupt_id is not None
+                        interrupt_id = system.resume(agent, thread_id, interrupt_id, turn)
+                        turn += 1
+                for _ in range(samples):
+                    assert interrupt_id is not None
+                    result = child(location, thread_id, interrupt_id, turn)
+                    rows.append(
+                        {
+                            "turns": n,
+                            "turn": turn,
+                            "resume": result["resume"],
+                            "open_build": result["open_build"],
+                            "wall": result["wall"],
+                        }
+                    )
+                    interrupt_id = result["next_interrupt"]
+                    turn += 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"samples": rows, "cached_bytecode": cached_bytecode}
+
+
+RESUME_ONCE = "_resume_once"
+
+
+def resume_once(system: System, argv: list[str]) -> int:
+    """The child of ``coldproc``: open the store, build the agent, answer one review."""
+    parser = argparse.ArgumentParser(prog=RESUME_ONCE)
+    parser.add_argument("--backend", choices=BACKENDS, required=True)
+    parser.add_argument("--location", required=True)
+    parser.add_argument("--thread", required=True)
+    parser.add_argument("--interrupt", required=True)
+    parser.add_argument("--turn", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    with system.store(args.backend, args.location) as saver:
+        agent = system.agent(saver, None)
+        built = time.perf_counter()
+        next_id, elapsed = _timed(system.resume, agent, args.thread, args.interrupt, args.turn)
+    assert next_id is not None
+    result = {"open_build": built - start, "resume": elapsed, "next_interrupt": next_id}
+    _common.write_json(args.out, result)
+    return 0
 
 
 def _storage(
@@ -304,6 +419,7 @@ def _settled_wal() -> int:
 TASKS = {
     "cycle": task_cycle,
     "growth": task_growth,
+    "coldproc": task_coldproc,
     "throughput": task_throughput,
     "memory": task_memory,
     "commits": task_commits,
@@ -312,6 +428,9 @@ TASKS = {
 
 # Command line ------------------------------------------------------------------------------
 def main(system: System, argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [RESUME_ONCE]:
+        return resume_once(system, argv[1:])
     parser = argparse.ArgumentParser(description=f"benchmark tasks for {system.name}")
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--backend", choices=BACKENDS, default="memory")

@@ -9,16 +9,19 @@ reference venv (LangChain 1.5.2 / LangGraph 1.2.24, see ``setup_reference.sh``).
 task runs in a fresh interpreter; the two systems alternate task by task (A B, then
 B A) so that a slow moment of the machine hits both.
 
-Measured per backend (memory, SQLite, Postgres): the review cycle on short threads;
-the cycle as a thread grows to 10/50/200/500 turns, warm and resumed by a new agent;
-the bytes stored at those lengths; the throughput of 50 concurrent three-turn threads
-on the async savers; the memory of 1,000 paused threads; saver writes per cycle
-against the floor of two durable commits (``_rawcommit.py``).
+Measured per backend (memory, SQLite, Postgres): the review cycle on short threads,
+and a fresh thread's full cycle (first pause plus first resume); the cycle as a thread
+grows to 10/50/200/500 turns, warm and resumed by a new agent object; at those lengths
+the resume by a new process (SQLite, Postgres) and the bytes stored; the throughput of
+50 concurrent three-turn threads on the async savers; the memory of 1,000 paused
+threads; saver writes per cycle against the floor of two durable commits
+(``_rawcommit.py``). Once a round, without a backend: the time of ``import handrail``
+and of ``import langchain.agents`` in fresh interpreters (``_importtime.py``).
 
 Run::
 
     bash bench/setup_reference.sh                     # once (the runner does it if missing)
-    .venv/bin/python bench/compare_langgraph.py         # full run, 10-20 minutes
+    .venv/bin/python bench/compare_langgraph.py         # full run, about 20-30 minutes
     .venv/bin/python bench/compare_langgraph.py --quick # a few minutes
     .venv/bin/python bench/compare_langgraph.py --backends memory sqlite --no-plots
     .venv/bin/python bench/compare_langgraph.py --report bench/results/latest   # tables again
@@ -36,6 +39,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,12 +54,25 @@ BACKENDS = ("memory", "sqlite", "postgres")
 LABEL = {"handrail": "handrail", "langgraph": "LangGraph"}
 # Goals of the issue: handrail's cycle and throughput vs LangGraph's, on the same backend
 SPEED_GOAL = {"memory": 20.0, "sqlite": 8.0, "postgres": 6.0}
+# Issue 16: a cold resume (a new agent object, and a new process), LangGraph / handrail at
+# least this, by thread length (turns) and backend; other lengths are reported without a goal
+COLD_GOAL = {
+    10: {"memory": 15.0, "sqlite": 10.0, "postgres": 8.0},
+    500: {"memory": 25.0, "sqlite": 25.0, "postgres": 15.0},
+}
+# Issue 16: `import langchain.agents` / `import handrail`, each in a fresh interpreter
+IMPORT_GOAL = 15.0
+# Issue 16: RSS growth per paused thread, KiB, handrail on the memory backend at most this
+RSS_GOAL_KIB = 4.0
+IMPORTS = {"handrail": "handrail", "langgraph": "langchain.agents"}
 
 QUICK = {
     "rounds": 1,
     "cycle": {"threads": 15, "cycles": 5, "warmup": 3},
     "lengths": [10, 50, 200],
     "growth_runs": {"handrail": 1, "langgraph": 1},
+    "coldproc": {"samples": 3},
+    "imports": {"samples": 5},
     "throughput": {"rounds": 2, "warmup": 1},
     "memory_threads": 1000,
     "raw_samples": 100,
@@ -65,6 +82,8 @@ FULL = {
     "cycle": {"threads": 40, "cycles": 5, "warmup": 5},
     "lengths": [10, 50, 200, 500],
     "growth_runs": {"handrail": 2, "langgraph": 1},
+    "coldproc": {"samples": 5},
+    "imports": {"samples": 10},
     "throughput": {"rounds": 5, "warmup": 1},
     "memory_threads": 1000,
     "raw_samples": 300,
@@ -115,43 +134,102 @@ def run_raw(samples: int, out_dir: Path, tag: str) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+def run_imports(samples: int, round_no: int, pycache: Path, out_dir: Path) -> dict[str, Any]:
+    """``samples`` fresh interpreters per system, alternating, each timing its library's import.
+
+    Bytecode cached for both (``PYTHONPYCACHEPREFIX``, filled by one untimed import each
+    first): an installed package has its bytecode, while an editable one in an
+    environment with ``PYTHONDONTWRITEBYTECODE`` would compile its source every time.
+    """
+    out = out_dir / f"imports-r{round_no}.json"
+    print(f"  {'imports':<10} {'-':<8} {'both':<9} r{round_no:<3} ...", end="", flush=True)
+    started = time.perf_counter()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    result: dict[str, Any] = {"samples": {s: [] for s in SYSTEMS}, "loaded": {}, "cached_bytecode": True}
+
+    def one(system: str) -> dict[str, Any]:
+        python = HANDRAIL_PY if system == "handrail" else REFERENCE_PY
+        command = [str(python), str(BENCH / "_importtime.py"), IMPORTS[system]]
+        done = subprocess.run(
+            command,
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPYCACHEPREFIX": str(pycache / system)},
+        )
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    for system in SYSTEMS:
+        one(system)  # untimed: writes the bytecode
+    for i in range(samples):
+        for system in SYSTEMS if (round_no + i) % 2 == 0 else SYSTEMS[::-1]:
+            row = one(system)
+            result["samples"][system].append(row["seconds"])
+            result["loaded"][system] = row["loaded"]
+            result["checked"] = row["checked"]
+    out.write_text(json.dumps(result, indent=1))
+    print(f" {time.perf_counter() - started:6.1f} s", flush=True)
+    return result
+
+
 def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> dict[str, Any]:
     """Run every task, alternating the systems; return the raw results."""
     results: dict[str, Any] = {
         "cycle": [],
         "growth": [],
+        "coldproc": [],
         "throughput": [],
         "memory": [],
         "commits": [],
         "raw": [],
+        "imports": [],
     }
-    for round_no in range(config["rounds"]):
-        print(f"round {round_no + 1} of {config['rounds']}", flush=True)
-        results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
-        for b, backend in enumerate(backends):
-            order = SYSTEMS if (round_no + b) % 2 == 0 else SYSTEMS[::-1]
-            for task in ("cycle", "throughput", "growth"):
-                for system in order:
-                    if task == "cycle":
-                        runs = [config["cycle"]]
-                    elif task == "throughput":
-                        runs = [config["throughput"]]
-                    else:
-                        runs = [{"lengths": config["lengths"]}] * config["growth_runs"][system]
-                    for i, params in enumerate(runs):
-                        tag = f"r{round_no}" + (f"-{i}" if len(runs) > 1 else "")
-                        results[task].append(run_task(system, task, backend, params, out_dir, tag))
-            if round_no == 0:
-                for system in order:
-                    results["commits"].append(run_task(system, "commits", backend, {}, out_dir, "r0"))
-        if round_no == 0:
-            for system in SYSTEMS:
-                for backend in [b for b in ("memory", "sqlite") if b in backends]:
-                    for traced in (False, True):
-                        params = {"threads": config["memory_threads"], "traced": traced}
-                        tag = "traced" if traced else "rss"
-                        results["memory"].append(run_task(system, "memory", backend, params, out_dir, tag))
+    pycache = Path(tempfile.mkdtemp(prefix="handrail-bench-pycache-"))
+    try:
+        for round_no in range(config["rounds"]):
+            print(f"round {round_no + 1} of {config['rounds']}", flush=True)
+            results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
+            samples = config.get("imports", {}).get("samples", 0)
+            if samples:
+                results["imports"].append(run_imports(samples, round_no, pycache, out_dir))
+            _one_round(config, backends, out_dir, round_no, results)
+    finally:
+        shutil.rmtree(pycache, ignore_errors=True)
     return results
+
+
+def _one_round(
+    config: dict[str, Any], backends: Sequence[str], out_dir: Path, round_no: int, results: dict[str, Any]
+) -> None:
+    """One round of every task, the systems alternating task by task (A B, then B A)."""
+    for b, backend in enumerate(backends):
+        order = SYSTEMS if (round_no + b) % 2 == 0 else SYSTEMS[::-1]
+        # coldproc: the memory store dies with its process, so no new process can resume it
+        tasks = ("cycle", "throughput", "growth") + (("coldproc",) if backend != "memory" else ())
+        for task in tasks:
+            for system in order:
+                if task == "cycle":
+                    runs = [config["cycle"]]
+                elif task == "throughput":
+                    runs = [config["throughput"]]
+                elif task == "coldproc":
+                    runs = [{"lengths": config["lengths"], **config.get("coldproc", {})}]
+                else:
+                    runs = [{"lengths": config["lengths"]}] * config["growth_runs"][system]
+                for i, params in enumerate(runs):
+                    tag = f"r{round_no}" + (f"-{i}" if len(runs) > 1 else "")
+                    results[task].append(run_task(system, task, backend, params, out_dir, tag))
+        if round_no == 0:
+            for system in order:
+                results["commits"].append(run_task(system, "commits", backend, {}, out_dir, "r0"))
+    if round_no == 0:
+        for system in SYSTEMS:
+            for backend in [b for b in ("memory", "sqlite") if b in backends]:
+                for traced in (False, True):
+                    params = {"threads": config["memory_threads"], "traced": traced}
+                    tag = "traced" if traced else "rss"
+                    results["memory"].append(run_task(system, "memory", backend, params, out_dir, tag))
 
 
 # Statistics ----------------------------------------------------------------------------------
@@ -171,18 +249,33 @@ def _of(rows: list[dict[str, Any]], system: str, backend: str) -> list[dict[str,
 
 
 def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[int]) -> dict[str, Any]:
-    summary: dict[str, Any] = {"cycle": {}, "growth": {}, "throughput": {}, "commits": {}, "memory": {}}
+    summary: dict[str, Any] = {
+        "cycle": {},
+        "full_cycle": {},
+        "growth": {},
+        "coldproc": {},
+        "throughput": {},
+        "commits": {},
+        "memory": {},
+    }
     for backend in backends:
         for system in SYSTEMS:
             key = f"{system}/{backend}"
             cycles = [t for r in _of(raw["cycle"], system, backend) for t in r["cycle"]]
             firsts = [t for r in _of(raw["cycle"], system, backend) for t in r["first_pause"]]
+            fulls = [t for r in _of(raw["cycle"], system, backend) for t in r.get("full_cycle", [])]
             if cycles:
                 summary["cycle"][key] = {
                     "median": median(cycles),
                     "p90": p90(cycles),
                     "samples": len(cycles),
                     "first_pause_median": median(firsts),
+                }
+            if fulls:
+                summary["full_cycle"][key] = {
+                    "median": median(fulls),
+                    "p90": p90(fulls),
+                    "samples": len(fulls),
                 }
             walls = [w for r in _of(raw["throughput"], system, backend) for w in r["walls"]]
             if walls:
@@ -200,6 +293,9 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
             growth = _of(raw["growth"], system, backend)
             if growth:
                 summary["growth"][key] = _growth(growth, lengths)
+            coldproc = _of(raw.get("coldproc", []), system, backend)
+            if coldproc:
+                summary["coldproc"][key] = _coldproc(coldproc, lengths)
             commits = _of(raw["commits"], system, backend)
             if commits:
                 c = commits[0]
@@ -229,6 +325,16 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
         "postgres": {"median": median(postgres), "p90": p90(postgres), "samples": len(postgres)},
         "postgres_synchronous_commit": raw["raw"][0]["postgres_synchronous_commit"] if raw["raw"] else None,
     }
+    imports = raw.get("imports", [])
+    if imports:
+        summary["imports"] = {k: imports[-1][k] for k in ("loaded", "checked", "cached_bytecode")}
+        for system in SYSTEMS:
+            seconds = [t for r in imports for t in r["samples"][system]]
+            summary["imports"][system] = {
+                "median": median(seconds),
+                "p90": p90(seconds),
+                "samples": len(seconds),
+            }
     versions: dict[str, str] = {}
     for rows in raw.values():
         for row in rows:
@@ -278,6 +384,26 @@ def _growth(runs: list[dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any
                 by_turn.setdefault(turn, []).append(seconds)
     out["curve"] = [[turn, median(v)] for turn, v in sorted(by_turn.items())]
     return out
+
+
+def _coldproc(runs: list[dict[str, Any]], lengths: Sequence[int]) -> dict[str, Any]:
+    points = []
+    for n in lengths:
+        rows = [s for r in runs for s in r["samples"] if s["turns"] == n]
+        if not rows:
+            continue
+        resumes = [s["resume"] for s in rows]
+        points.append(
+            {
+                "turns": n,
+                "median": median(resumes),
+                "p90": p90(resumes),
+                "open_build_median": median([s["open_build"] for s in rows]),
+                "wall_median": median([s["wall"] for s in rows]),
+                "samples": len(rows),
+            }
+        )
+    return {"points": points}
 
 
 def machine() -> dict[str, Any]:
@@ -531,6 +657,10 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
     rows = []
     for key, m in sorted(mem.items()):
         system, backend = key.split("/")
+        per_thread = m["rss_delta_kb"] / m["threads"] if "rss_delta_kb" in m else None
+        goal = ""
+        if system == "handrail" and backend == "memory" and per_thread is not None:
+            goal = f"<= {RSS_GOAL_KIB:.0f} KiB: {_met(per_thread <= RSS_GOAL_KIB)}"
         rows.append(
             [
                 backend,
@@ -540,6 +670,8 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                 _bytes(m.get("rss_peak_delta_kb", 0) * 1024),
                 _bytes(m.get("traced_peak")),
                 _bytes(int(m.get("traced_current", 0) / m["threads"])) if "traced_current" in m else "-",
+                f"{per_thread:.1f} KiB" if per_thread is not None else "-",
+                goal,
             ]
         )
     if rows:
@@ -554,11 +686,157 @@ def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
                     "RSS peak growth",
                     "tracemalloc peak",
                     "per thread (traced)",
+                    "RSS growth per thread",
+                    "goal (handrail, memory)",
                 ],
                 rows,
             )
         )
+    out += cold_tables(summary, backends)
     return "\n".join(out) + "\n"
+
+
+def cold_tables(summary: dict[str, Any], backends: Sequence[str]) -> list[str]:
+    """Issue 16's measures: the cold resume, the full cycle of a fresh thread, the import."""
+    out: list[str] = []
+
+    def cold_rows(section: dict[str, Any], field: str, extra: Any = None) -> list[list[str]]:
+        rows = []
+        for backend in backends:
+            h, lg = section.get(f"handrail/{backend}"), section.get(f"langgraph/{backend}")
+            if not h or not lg:
+                continue
+            theirs = {p["turns"]: p for p in lg["points"]}
+            for p in h["points"]:
+                q = theirs.get(p["turns"])
+                if not q:
+                    continue
+                ratio = q[field] / p[field]
+                goal = COLD_GOAL.get(p["turns"], {}).get(backend)
+                cells = [backend, str(p["turns"]), _ms(q[field]), _ms(p[field]), f"{ratio:.1f}x"]
+                cells.append(f"{goal:.0f}x: {_met(ratio >= goal)}" if goal else "-")
+                cells += extra(q, p) if extra else []
+                rows.append(cells)
+        return rows
+
+    heads = ["backend", "turns", "LangGraph ms", "handrail ms", "LangGraph / handrail", "goal"]
+    # the growth task's cycles by a new agent object, at each length
+    rows = cold_rows(
+        summary.get("growth", {}), "cold_median", lambda q, p: [f"{q['cold_samples']} / {p['cold_samples']}"]
+    )
+    if rows:
+        out.append("\n### Cold resume by a new agent object (median ms of a resume -> next interrupt)\n")
+        out.append(
+            "The growth task's cycles at N turns and the next two, each by a new agent object built on the open "
+            "store just before it, in the process that grew the thread (its imports and connection warm).\n"
+        )
+        out.append(_table([*heads, "samples (LangGraph / handrail)"], rows))
+
+    rows = cold_rows(
+        summary.get("coldproc", {}),
+        "median",
+        lambda q, p: [
+            f"{_ms(q['p90'])} / {_ms(p['p90'])}",
+            f"{_ms(q['open_build_median'])} / {_ms(p['open_build_median'])}",
+            f"{q['samples']} / {p['samples']}",
+        ],
+    )
+    if rows:
+        out.append(
+            "\n### Cold resume by a new process (median ms of the resume call in a fresh interpreter)\n"
+        )
+        out.append(
+            "Each sample a new interpreter, on a thread it has never loaded: it imports the library, opens the "
+            "store and builds the agent (open + build, timed apart), then answers the pending review once "
+            "(the time in the table); bytecode cached for both libraries.\n"
+        )
+        out.append(
+            _table(
+                [
+                    *heads,
+                    "p90 ms (LangGraph / handrail)",
+                    "open + build ms (LangGraph / handrail)",
+                    "samples (LangGraph / handrail)",
+                ],
+                rows,
+            )
+        )
+
+    full = summary.get("full_cycle", {})
+    rows = []
+    for backend in backends:
+        h, lg = full.get(f"handrail/{backend}"), full.get(f"langgraph/{backend}")
+        if not h or not lg:
+            continue
+        ratio = lg["median"] / h["median"]
+        goal = SPEED_GOAL[backend]
+        rows.append(
+            [
+                backend,
+                _ms(lg["median"]),
+                _ms(h["median"]),
+                f"{ratio:.1f}x",
+                f"{goal:.0f}x: {_met(ratio >= goal)}",
+                f"{_ms(lg['p90'])} / {_ms(h['p90'])}",
+                f"{lg['samples']} / {h['samples']}",
+            ]
+        )
+    if rows:
+        out.append("\n### Full cycle of a fresh thread (start -> first interrupt, then the first resume)\n")
+        out.append(
+            _table(
+                [
+                    "backend",
+                    "LangGraph ms",
+                    "handrail ms",
+                    "LangGraph / handrail",
+                    "goal",
+                    "p90 ms (LangGraph / handrail)",
+                    "samples (LangGraph / handrail)",
+                ],
+                rows,
+            )
+        )
+
+    imp = summary.get("imports")
+    if imp:
+        h, lg = imp["handrail"], imp["langgraph"]
+        ratio = lg["median"] / h["median"]
+        out.append("\n### Import time in a fresh process (`time.perf_counter()` around the import)\n")
+        out.append(
+            "Each sample a new interpreter, the two alternating"
+            + (", bytecode cached for both (`PYTHONPYCACHEPREFIX`)" if imp.get("cached_bytecode") else "")
+            + ".\n"
+        )
+        out.append(
+            _table(
+                [
+                    f"LangGraph ms (`import {IMPORTS['langgraph']}`)",
+                    f"handrail ms (`import {IMPORTS['handrail']}`)",
+                    "LangGraph / handrail",
+                    "goal",
+                    "p90 ms (LangGraph / handrail)",
+                    "samples (LangGraph / handrail)",
+                ],
+                [
+                    [
+                        _ms(lg["median"]),
+                        _ms(h["median"]),
+                        f"{ratio:.1f}x",
+                        f"{IMPORT_GOAL:.0f}x: {_met(ratio >= IMPORT_GOAL)}",
+                        f"{_ms(lg['p90'])} / {_ms(h['p90'])}",
+                        f"{lg['samples']} / {h['samples']}",
+                    ]
+                ],
+            )
+        )
+        for system in SYSTEMS:
+            loaded = imp["loaded"].get(system, [])
+            out.append(
+                f"\nLoaded by `import {IMPORTS[system]}` (of {', '.join(imp['checked'])}): "
+                + (", ".join(f"`{m}`" for m in loaded) if loaded else "none")
+            )
+    return out
 
 
 # Plots ---------------------------------------------------------------------------------------
