@@ -91,23 +91,41 @@ class Tool:
         self.response_format = response_format
         self.is_async = inspect.iscoroutinefunction(func)
         self._runtime_params = _runtime_params(func)
-        self.args_schema = args_schema or _schema_from_signature(
-            func, self.name, arg_docs, self._runtime_params
-        )
-        # a schema made from a signature of plain scalars is checked without pydantic
-        # when the arguments are exactly what it wants (see _exact_values)
-        self._plain = _plain_fields(self.args_schema) if args_schema is None else None
+        self._arg_docs = arg_docs
+        self._args_schema = args_schema
+        # A signature of plain scalars (str, int, float, bool) needs no pydantic until an
+        # argument is not exactly of its type: its schema is written here, the same as
+        # pydantic's, and exact arguments are checked without it (see _exact_values).
+        self._plain = _plain_signature(func, self.name, self._runtime_params) if args_schema is None else None
+        if self._plain is None and args_schema is None:
+            self._args_schema = _schema_from_signature(func, self.name, arg_docs, self._runtime_params)
         self._json_schema: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"Tool(name={self.name!r})"
 
     @property
+    def args_schema(self) -> type[BaseModel]:
+        """The pydantic model of the arguments (made on first use for a plain signature)."""
+        if self._args_schema is None:
+            self._args_schema = _schema_from_signature(
+                self.func, self.name, self._arg_docs, self._runtime_params
+            )
+        return self._args_schema
+
+    @args_schema.setter
+    def args_schema(self, model: type[BaseModel]) -> None:
+        self._args_schema, self._plain, self._json_schema = model, None, None
+
+    @property
     def json_schema(self) -> dict[str, Any]:
         """The JSON schema of the arguments (what models and reviewers see)."""
         if self._json_schema is None:
-            schema = self.args_schema.model_json_schema()
-            schema.pop("title", None)
+            if self._plain is not None:
+                schema = _plain_json_schema(self._plain, self._arg_docs)
+            else:
+                schema = self.args_schema.model_json_schema()
+                schema.pop("title", None)
             self._json_schema = schema
         return self._json_schema
 
@@ -354,19 +372,50 @@ _SCALARS = (str, int, float, bool)
 _PlainFields = tuple[tuple[str, type, Any], ...]
 
 
-def _plain_fields(model: type[BaseModel]) -> _PlainFields | None:
-    """``(name, type, default)`` of each field, if every one is a plain ``str``, ``int``,
-    ``float`` or ``bool`` with no constraint and a scalar or None default; else None."""
+def _plain_signature(func: Callable[..., Any], name: str, skip: list[str]) -> _PlainFields | None:
+    """``(name, type, default)`` of each parameter, if every one is a plain ``str``,
+    ``int``, ``float`` or ``bool`` with a scalar or None default (or none); else None."""
+    try:
+        hints = _type_hints(func)
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError, NameError):
+        return None  # pydantic's path says what is wrong
     fields: list[tuple[str, type, Any]] = []
-    for name, info in model.model_fields.items():
-        kind = info.annotation
-        if not isinstance(kind, type) or kind not in _SCALARS or info.metadata or info.default_factory:
+    for param in parameters:
+        if param.name in skip or param.name in ("self", "cls"):
+            continue
+        kind = hints.get(param.name, Any)
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or kind not in _SCALARS:
             return None
-        default = _REQUIRED if info.is_required() else info.default
+        default = _REQUIRED if param.default is inspect.Parameter.empty else param.default
         if default is not _REQUIRED and default is not None and type(default) not in _SCALARS:
             return None
-        fields.append((name, kind, default))
+        fields.append((param.name, kind, default))
     return tuple(fields)
+
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _plain_json_schema(fields: _PlainFields, docs: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON schema pydantic gives a model of these fields (``extra="forbid"``, its
+    title left out), written without it: the same keys, in the same order."""
+    properties: dict[str, Any] = {}
+    for name, kind, default in fields:
+        prop: dict[str, Any] = {}
+        if default is not _REQUIRED:
+            prop["default"] = default
+        if docs.get(name) is not None:
+            prop["description"] = docs[name]
+        prop["title"] = name.title().replace("_", " ").strip()
+        prop["type"] = _JSON_TYPES[kind]
+        properties[name] = prop
+    schema: dict[str, Any] = {"additionalProperties": False, "properties": properties}
+    required = [name for name, _, default in fields if default is _REQUIRED]
+    if required:
+        schema["required"] = required
+    schema["type"] = "object"
+    return schema
 
 
 def _exact_values(fields: _PlainFields, args: Mapping[str, Any]) -> dict[str, Any] | None:
