@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -300,6 +299,8 @@ def host_identity() -> str:
     Two processes with the same identity can check each other's pids; processes on
     different hosts (or in different containers) cannot, and fall back to leases.
     """
+    import socket  # (here: a process that never claims a run need not load it)
+
     parts = [socket.gethostname()]
     for path in ("/proc/sys/kernel/random/boot_id",):
         try:

@@ -128,13 +128,15 @@ async def drive_async(gen: Gen, env: Env) -> Any:
 
 
 # Store ---------------------------------------------------------------------------------
-@dataclass(slots=True)
 class StoreCall(Effect):
     """Call a store method (``read``, ``runs_alive``, ...) or its ``a``-prefixed twin."""
 
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("args", "kwargs", "method")
+
+    def __init__(self, method: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> None:
+        self.method = method
+        self.args = args
+        self.kwargs: dict[str, Any] = {} if kwargs is None else kwargs
 
     def run_sync(self, env: Env) -> Any:
         return getattr(env.store, self.method)(*self.args, **self.kwargs)
@@ -544,15 +546,19 @@ def tools_named_by(value: Any) -> tuple[str, ...]:
 
 
 # Hooks ------------------------------------------------------------------------------------
-@dataclass(slots=True)
 class CallHook(Effect):
     """Call one node hook (``before_model`` ...) of one middleware."""
 
-    middleware: AgentMiddleware
-    hook: str
-    state: dict[str, Any]
-    runtime: Any
-    task: TaskContext
+    __slots__ = ("hook", "middleware", "runtime", "state", "task")
+
+    def __init__(
+        self, middleware: AgentMiddleware, hook: str, state: dict[str, Any], runtime: Any, task: TaskContext
+    ) -> None:
+        self.middleware = middleware
+        self.hook = hook
+        self.state = state
+        self.runtime = runtime
+        self.task = task
 
     def run_sync(self, env: Env) -> Any:
         sync_defined, async_defined = hook_is_defined(self.middleware, self.hook)
@@ -576,7 +582,6 @@ class CallHook(Effect):
 
 
 # Wrap chains (wrap_model_call / wrap_tool_call) -------------------------------------------
-@dataclass(slots=True)
 class Chain(Effect):
     """Run ``request`` through the middleware's wrap hooks down to an innermost generator.
 
@@ -584,12 +589,23 @@ class Chain(Effect):
     async runs (it runs in a worker thread) and one with only an async hook in sync runs.
     """
 
-    hook: str
-    layers: Sequence[AgentMiddleware]
-    request: Any
-    innermost: Callable[[Any], Gen]
-    task: TaskContext
-    normalise: Callable[[Any], Any]
+    __slots__ = ("hook", "innermost", "layers", "normalise", "request", "task")
+
+    def __init__(
+        self,
+        hook: str,
+        layers: Sequence[AgentMiddleware],
+        request: Any,
+        innermost: Callable[[Any], Gen],
+        task: TaskContext,
+        normalise: Callable[[Any], Any],
+    ) -> None:
+        self.hook = hook
+        self.layers = layers
+        self.request = request
+        self.innermost = innermost
+        self.task = task
+        self.normalise = normalise
 
     def run_sync(self, env: Env) -> Any:
         token = set_current_task(self.task)
@@ -681,14 +697,18 @@ def normalise_tool_result(result: Any) -> ToolMessage:
 
 
 # Model -----------------------------------------------------------------------------------
-@dataclass(slots=True)
 class CallModel(Effect):
     """Call the chat model once; with ``stream`` set, forward each chunk to "messages"."""
 
-    request: ModelRequest
-    messages: list[BaseMessage]
-    metadata: dict[str, Any]
-    stream: bool
+    __slots__ = ("messages", "metadata", "request", "stream")
+
+    def __init__(
+        self, request: ModelRequest, messages: list[BaseMessage], metadata: dict[str, Any], stream: bool
+    ) -> None:
+        self.request = request
+        self.messages = messages
+        self.metadata = metadata
+        self.stream = stream
 
     def _kwargs(self) -> dict[str, Any]:
         return {
@@ -719,13 +739,15 @@ class CallModel(Effect):
 
 
 # Tools -----------------------------------------------------------------------------------
-@dataclass(slots=True)
 class CallTool(Effect):
     """Call a tool's function with arguments already validated."""
 
-    tool: Tool
-    args: dict[str, Any]
-    runtime: Any
+    __slots__ = ("args", "runtime", "tool")
+
+    def __init__(self, tool: Tool, args: dict[str, Any], runtime: Any) -> None:
+        self.tool = tool
+        self.args = args
+        self.runtime = runtime
 
     def run_sync(self, env: Env) -> Any:
         return self.tool.run(self.args, self.runtime)
@@ -734,7 +756,6 @@ class CallTool(Effect):
         return await self.tool.arun(self.args, self.runtime)
 
 
-@dataclass(slots=True)
 class RunTasks(Effect):
     """Run several task generators: one after another (sync) or concurrently (async).
 
@@ -742,7 +763,10 @@ class RunTasks(Effect):
     tool is abandoned half-way by a sibling's failure.
     """
 
-    tasks: list[Gen]
+    __slots__ = ("tasks",)
+
+    def __init__(self, tasks: list[Gen]) -> None:
+        self.tasks = tasks
 
     def run_sync(self, env: Env) -> None:
         for task in self.tasks:
