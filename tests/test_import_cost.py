@@ -1,7 +1,8 @@
 """`import handrail` loads the agent side only (issue 16, the cold path).
 
 The terminal UI (rich), the provider SDKs, psycopg, the review service (FastAPI, uvicorn,
-jinja2), pydantic and zstandard are loaded when something uses them, not on import. Each
+jinja2), pydantic, zstandard, typing_extensions and socket are loaded when something uses
+them, not on import. Each
 check runs a fresh interpreter, since this test process has long loaded all of them.
 """
 
@@ -26,6 +27,8 @@ _LAZY = (
     "starlette",
     "pydantic",
     "zstandard",
+    "typing_extensions",
+    "socket",
     "handrail.server",
     "handrail.cli",
     "handrail.checkpoint.postgres",

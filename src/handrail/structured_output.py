@@ -34,9 +34,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic
-
-from typing_extensions import TypeVar, is_typeddict
+from typing import TYPE_CHECKING, Any, Generic
 
 from handrail.checkpoint import serde
 from handrail.errors import ConfigurationError, HandrailError
@@ -52,7 +50,14 @@ __all__ = [
     "ToolStrategy",
 ]
 
-SchemaT = TypeVar("SchemaT", default=Any)
+if TYPE_CHECKING:  # a type variable's default (PEP 696) is for type checkers
+    from typing_extensions import TypeVar
+
+    SchemaT = TypeVar("SchemaT", default=Any)
+else:  # at run time a plain one serves (typing_extensions costs 3 ms to import)
+    from typing import TypeVar
+
+    SchemaT = TypeVar("SchemaT")
 
 ERROR_TEMPLATE = "Error: {error}\n Please fix your mistakes."
 """The ToolMessage a failed structured answer gets when errors are handled (LangChain's layout)."""
@@ -149,6 +154,8 @@ def _validator_of(schema: type) -> Any:
     """What pydantic validates ``schema`` with: itself, or for a ``TypedDict`` an equivalent model
 
     (pydantic refuses ``typing.TypedDict`` before Python 3.12)."""
+    from typing_extensions import is_typeddict  # (it knows typing_extensions' TypedDict too)
+
     if not is_typeddict(schema):
         return schema
     import pydantic

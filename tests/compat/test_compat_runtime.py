@@ -204,3 +204,12 @@ def test_langgraph_store_example_with_in_memory_store() -> None:
     store.delete(("users",), "John Smith")
     assert store.get(("users",), "John Smith") is None
     assert asyncio.run(store.aget(("users", "archived"), "Old")) is not None
+
+
+def test_tool_runtime_takes_one_or_two_type_arguments_at_run_time() -> None:
+    """``ToolRuntime[Ctx]`` leaves the state's type to its default, as in LangChain."""
+    import typing
+
+    assert typing.get_args(ToolRuntime[Context]) == (Context, typing.Any)
+    assert typing.get_args(ToolRuntime[Context, dict]) == (Context, dict)
+    assert typing.get_origin(ToolRuntime[Context]) is ToolRuntime

@@ -12,9 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Generic
-
-from typing_extensions import TypeVar
+from typing import TYPE_CHECKING, Any, Generic
 
 from handrail.errors import ConfigurationError
 
@@ -33,8 +31,16 @@ def _discard(_: Any) -> None:
     return None
 
 
-ContextT = TypeVar("ContextT", default=Any)
-StateT = TypeVar("StateT", default=Any)
+if TYPE_CHECKING:  # defaults of type variables (PEP 696) are for type checkers
+    from typing_extensions import TypeVar
+
+    ContextT = TypeVar("ContextT", default=Any)
+    StateT = TypeVar("StateT", default=Any)
+else:  # at run time plain ones serve (typing_extensions costs 3 ms to import)
+    from typing import TypeVar
+
+    ContextT = TypeVar("ContextT")
+    StateT = TypeVar("StateT")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -94,6 +100,15 @@ class ToolRuntime(Runtime[ContextT], Generic[ContextT, StateT]):
 
     tool_call_id: str = ""
     state: StateT = field(default_factory=dict)  # type: ignore[assignment]
+
+    if not TYPE_CHECKING:
+
+        def __class_getitem__(cls, params):
+            # ``ToolRuntime[Ctx]``: the state's type defaults to Any, as its type variable says
+            if not isinstance(params, tuple):
+                params = (params,)
+            # (named: slots=True makes a new class, which the bare super()'s cell does not know)
+            return super(ToolRuntime, cls).__class_getitem__(params + (Any,) * (2 - len(params)))
 
 
 class PauseSignal(BaseException):
