@@ -12,7 +12,7 @@ import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -435,7 +435,7 @@ class Agent:
             raise InvalidInputError(f"channel must be a non-empty string, got {channel!r}")
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "reviewer": reviewer}}
         env, request = self._prepare_run(Command(resume={interrupt_id: answer}), config, frozenset())
-        return env, replace(request, channel=channel, record_only=True)
+        return env, request._replace(channel=channel, record_only=True)
 
     def _prepare_run(
         self,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from handrail.checkpoint.base import StoredEvent
 from handrail.errors import SerializationError
@@ -96,8 +96,7 @@ def unseal(payload: bytes) -> tuple[bytes | None, bytes]:
     return payload[1:_HEADER], payload[_HEADER:]
 
 
-@dataclass(frozen=True, slots=True)
-class Break:
+class Break(NamedTuple):
     """The first record that does not match the chain, and how."""
 
     seq: int
@@ -111,8 +110,7 @@ class Break:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ChainWalk:
+class ChainWalk(NamedTuple):
     """What :func:`walk` found: the first break (if any), the hash before the record
     after the last one, and each record's hash."""
 

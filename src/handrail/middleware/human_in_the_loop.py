@@ -30,8 +30,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -195,8 +194,7 @@ _DECISION_KEYS: dict[str, frozenset[str]] = {
 _DECISIONS_STATE_KEY = "_hitl_decisions"
 
 
-@dataclass(frozen=True, slots=True)
-class _Policy:
+class _Policy(NamedTuple):
     allowed: tuple[DecisionType, ...]
     description: str | DescriptionFactory | None
     when: Callable[[ToolCallRequest], bool] | None

@@ -13,7 +13,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -57,27 +57,57 @@ Gen = Generator["Effect", Any, Any]
 Emit = Callable[[str, Any], None]
 
 
-@dataclass
 class Env:
     """What the drivers need to perform effects for one run (or one read)."""
 
-    spec: AgentSpec
-    store: BaseCheckpointSaver
-    thread_id: str
-    run_id: str = field(default_factory=lambda: new_id("run-"))
-    emit: Emit | None = None
-    modes: frozenset[str] = frozenset()
-    fold: ThreadFold | None = None
-    claimed: bool = False
-    broken: bool = False
-    appends: int = 0
-    trust_cache: bool = True  # a run may start from the cached reading without reading the store
-    optimistic: bool = False  # ... and this one did
-    buffer: list[Event] = field(default_factory=list)
-    buffer_from: int = 0
-    lock: asyncio.Lock | None = None
-    ran: set[str] = field(default_factory=set)  # tool calls this run started
-    last_record: ThreadRecord | None = None  # the thread row of this run's last append
+    __slots__ = (
+        "appends",
+        "broken",
+        "buffer",
+        "buffer_from",
+        "claimed",
+        "emit",
+        "fold",
+        "last_record",
+        "lock",
+        "modes",
+        "optimistic",
+        "ran",
+        "run_id",
+        "spec",
+        "store",
+        "thread_id",
+        "trust_cache",
+    )
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        store: BaseCheckpointSaver,
+        thread_id: str,
+        run_id: str | None = None,
+        emit: Emit | None = None,
+        modes: frozenset[str] = frozenset(),
+        *,
+        trust_cache: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.store = store
+        self.thread_id = thread_id
+        self.run_id = run_id if run_id is not None else new_id("run-")
+        self.emit = emit
+        self.modes = modes
+        self.fold: ThreadFold | None = None
+        self.claimed = False
+        self.broken = False
+        self.appends = 0
+        self.trust_cache = trust_cache  # a run may start from the cached reading without reading the store
+        self.optimistic = False  # ... and this one did
+        self.buffer: list[Event] = []
+        self.buffer_from = 0
+        self.lock: asyncio.Lock | None = None
+        self.ran: set[str] = set()  # tool calls this run started
+        self.last_record: ThreadRecord | None = None  # the thread row of this run's last append
 
     def wants(self, mode: str) -> bool:
         return mode in self.modes

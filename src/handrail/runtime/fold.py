@@ -9,8 +9,7 @@ exactly the thread that was run.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from handrail.checkpoint.integrity import GENESIS
 from handrail.errors import SerializationError
@@ -22,24 +21,46 @@ __all__ = ["InterruptRecord", "Reducer", "StartedTool", "ThreadFold", "pending_t
 Reducer = Callable[[Any, Any], Any]
 
 
-@dataclass(frozen=True, slots=True)
 class InterruptRecord:
-    """An interrupt raised in the current step. ``index`` orders the calls in a task."""
+    """An interrupt raised in the current step. ``index`` orders the calls in a task.
 
-    id: str
-    step: str
-    task: str
-    index: int
-    kind: str
-    value: Any
-    source: str | None
-    seq: int
-    created_at: float
-    stored: bytes | None = field(default=None, compare=False, repr=False)  # the inbox payload, once made
+    Treated as a value (never changed once made); ``stored``, the inbox payload once
+    made, is a cache that takes no part in equality.
+    """
+
+    __slots__ = ("created_at", "id", "index", "kind", "seq", "source", "step", "stored", "task", "value")
+    _COMPARED = ("id", "step", "task", "index", "kind", "value", "source", "seq", "created_at")
+
+    def __init__(
+        self,
+        id: str,
+        step: str,
+        task: str,
+        index: int,
+        kind: str,
+        value: Any,
+        source: str | None,
+        seq: int,
+        created_at: float,
+        stored: bytes | None = None,
+    ) -> None:
+        self.id, self.step, self.task, self.index, self.kind = id, step, task, index, kind
+        self.value, self.source, self.seq, self.created_at = value, source, seq, created_at
+        self.stored = stored
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not InterruptRecord:
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self._COMPARED)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._COMPARED)
+        return f"InterruptRecord({fields})"
 
 
-@dataclass(frozen=True, slots=True)
-class StartedTool:
+class StartedTool(NamedTuple):
     """A ``tool_started`` event with no ``tool_finished`` after it (yet)."""
 
     task: str

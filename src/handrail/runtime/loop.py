@@ -9,8 +9,7 @@ other writer, lives here too.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from handrail import structured_output
 from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
@@ -47,8 +46,7 @@ __all__ = ["RunRequest", "RunResult", "run", "update_state"]
 Gen = Generator[Effect, Any, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class RunRequest:
+class RunRequest(NamedTuple):
     """One call of invoke/stream, as the loop needs it."""
 
     input: Any
@@ -64,8 +62,7 @@ class RunRequest:
     record_only: bool = False  # save the answers and stop: a worker runs them (Agent.decide)
 
 
-@dataclass(frozen=True, slots=True)
-class RunResult:
+class RunResult(NamedTuple):
     """Where a run stopped: the state and the interrupts waiting for answers."""
 
     values: dict[str, Any]

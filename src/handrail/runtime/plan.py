@@ -20,7 +20,7 @@ next.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from handrail.messages import BaseMessage
 from handrail.middleware.types import AgentMiddleware, hook_is_defined
@@ -33,8 +33,7 @@ TOOLS = "tools"
 JUMP_TARGETS = ("model", "tools", "end")
 
 
-@dataclass(frozen=True, slots=True)
-class HookStep:
+class HookStep(NamedTuple):
     """A node-hook step: which middleware, which hook."""
 
     name: str
