@@ -34,7 +34,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple
 
 from handrail.checkpoint import serde
 from handrail.errors import ConfigurationError, HandrailError
@@ -92,8 +92,7 @@ class StructuredOutputValidationError(StructuredOutputError):
         super().__init__(f"Failed to parse structured output for tool '{tool_name}': {source}.", ai_message)
 
 
-@dataclass(frozen=True)
-class _Schema:
+class _Schema(NamedTuple):
     """One schema: its name, description, JSON schema and how to parse data into it."""
 
     schema: Any
@@ -307,8 +306,7 @@ def _make_storable(schema: Any) -> None:
     _STORED[schema] = name
 
 
-@dataclass
-class Outcome:
+class Outcome(NamedTuple):
     """What the model step keeps of an answer: its messages, the response, a retry."""
 
     messages: list[BaseMessage]

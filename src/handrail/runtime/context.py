@@ -124,19 +124,40 @@ class PauseSignal(BaseException):
         self.source = source
 
 
-@dataclass(slots=True)
 class TaskContext:
-    """The per-task context :func:`interrupt` and :func:`get_stream_writer` read."""
+    """The per-task context :func:`interrupt` and :func:`get_stream_writer` read.
 
-    answers: Mapping[int, Any]
-    can_pause: bool
-    stream_writer: StreamWriter
-    source: str | None = None
-    why_cannot_pause: str = ""
-    counter: int = 0
-    tool_errors: dict[str, BaseException] = field(default_factory=dict)
-    """The exception behind each error ToolMessage a tool's failure became (by call id),
-    for wrappers that retry (``ToolRetryMiddleware``)."""
+    ``tool_errors``: the exception behind each error ToolMessage a tool's failure
+    became (by call id), for wrappers that retry (``ToolRetryMiddleware``).
+    """
+
+    __slots__ = (
+        "answers",
+        "can_pause",
+        "counter",
+        "source",
+        "stream_writer",
+        "tool_errors",
+        "why_cannot_pause",
+    )
+
+    def __init__(
+        self,
+        answers: Mapping[int, Any],
+        can_pause: bool,
+        stream_writer: StreamWriter,
+        source: str | None = None,
+        why_cannot_pause: str = "",
+        counter: int = 0,
+        tool_errors: dict[str, BaseException] | None = None,
+    ) -> None:
+        self.answers = answers
+        self.can_pause = can_pause
+        self.stream_writer = stream_writer
+        self.source = source
+        self.why_cannot_pause = why_cannot_pause
+        self.counter = counter
+        self.tool_errors: dict[str, BaseException] = {} if tool_errors is None else tool_errors
 
     def next_index(self) -> int:
         index = self.counter
