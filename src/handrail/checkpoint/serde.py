@@ -252,7 +252,7 @@ def loads(
             tags = payload.count(_TAG_KEY)
             if not tags:
                 return decoded
-            walk = _Shallow()
+            walk = _Walk(shallow=True)
             try:
                 revived = walk.revive(decoded)
             except _BadRecord:
@@ -276,18 +276,21 @@ class _BadRecord(Exception):
     pass
 
 
-class _Shallow:
-    """The walk for the usual record: tagged objects hold no tagged object inside them.
+class _Walk:
+    """Rebuilds tagged objects inside decoded JSON; untouched containers come back as they are.
 
-    It rebuilds each tagged object from its fields as they are and counts them; the
-    caller compares the count with the tags the bytes hold, and walks again with
-    :func:`_revive` when they differ. It never changes the decoded JSON it walks.
+    ``shallow`` is the walk for the usual record, whose tagged objects hold no tagged
+    object inside them: each is rebuilt from its fields as they are, and counted
+    (``found``); the caller compares the count with the tags the bytes hold and walks
+    again whole when they differ. The whole walk rebuilds what a tagged object holds
+    first. Neither changes the decoded JSON it walks.
     """
 
-    __slots__ = ("found",)
+    __slots__ = ("found", "shallow")
 
-    def __init__(self) -> None:
+    def __init__(self, *, shallow: bool) -> None:
         self.found = 0
+        self.shallow = shallow
 
     def revive(self, value: Any) -> Any:
         if type(value) is dict:
@@ -302,59 +305,37 @@ class _Shallow:
                                 changed = dict(value)
                             changed[key] = revived
                 return value if changed is None else changed
-            decoder = _DECODERS.get(tag) if type(tag) is str else None
-            if decoder is None:
-                raise _BadRecord(f"unknown stored type {tag!r}")
-            try:
-                out = decoder(value if tag in _TAGGED_OK else {k: v for k, v in value.items() if k != TAG})
-            except (TypeError, ValueError) as exc:
-                raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
-            self.found += 1
-            return out
+            return self._typed(tag, value)
         if type(value) is not list:
             return value
-        out_list: list[Any] | None = None
-        for position, item in enumerate(value):
-            if type(item) is dict or type(item) is list:
-                revived = self.revive(item)
-                if revived is not item:
-                    if out_list is None:
-                        out_list = list(value)
-                    out_list[position] = revived
-        return value if out_list is None else out_list
-
-
-def _revive(value: Any) -> Any:
-    """Rebuild tagged objects inside decoded JSON; untouched containers are returned as they are."""
-    kind = type(value)
-    if kind is dict:
-        tag = value.get(TAG)
-        if tag is None:
-            changed: dict[str, Any] | None = None
-            for key, item in value.items():
-                if type(item) is dict or type(item) is list:
-                    revived = _revive(item)
-                    if revived is not item:
-                        if changed is None:
-                            changed = dict(value)
-                        changed[key] = revived
-            return value if changed is None else changed
-        decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
-        if decoder is None:
-            raise _BadRecord(f"unknown stored type {tag!r}")
-        fields = {k: _revive(v) for k, v in value.items() if k != TAG}
-        try:
-            return decoder(fields)
-        except (TypeError, ValueError) as exc:
-            raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
-    if kind is list:
         out: list[Any] | None = None
         for position, item in enumerate(value):
             if type(item) is dict or type(item) is list:
-                revived = _revive(item)
+                revived = self.revive(item)
                 if revived is not item:
                     if out is None:
                         out = list(value)
                     out[position] = revived
         return value if out is None else out
-    return value
+
+    def _typed(self, tag: Any, value: dict[str, Any]) -> Any:
+        decoder = _DECODERS.get(tag) if type(tag) is str else None
+        if decoder is None:
+            raise _BadRecord(f"unknown stored type {tag!r}")
+        if not self.shallow:
+            fields = {k: self.revive(v) for k, v in value.items() if k != TAG}
+        elif tag in _TAGGED_OK:
+            fields = value  # its decoder drops the tag and copies what it keeps
+        else:
+            fields = {k: v for k, v in value.items() if k != TAG}
+        try:
+            out = decoder(fields)
+        except (TypeError, ValueError) as exc:
+            raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
+        self.found += 1
+        return out
+
+
+def _revive(value: Any) -> Any:
+    """Rebuild every tagged object inside decoded JSON (the whole walk)."""
+    return _Walk(shallow=False).revive(value)
