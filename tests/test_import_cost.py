@@ -96,3 +96,27 @@ def test_lazily_built_codecs_work_in_every_thread() -> None:
     assert len(packed[0]) < len(data)
     assert unpacked == [data]
     assert events.unpack_payload(packed[0], "t", "record 1") == data
+
+
+def test_an_agent_of_plain_tools_pauses_and_resumes_without_pydantic() -> None:
+    """A process that builds an agent of plain-argument tools and runs a review cycle
+    never imports pydantic (it took 25 ms of a new process's first resume)."""
+    probe = """
+from handrail import Command, HumanInTheLoopMiddleware, InMemorySaver, ScriptedModel, create_agent, tool
+
+@tool
+def execute_sql(query: str) -> str:
+    "Run a SQL statement."
+    return "ok"
+
+call = {"name": "execute_sql", "args": {"query": "x"}}
+script = [{"content": "", "tool_calls": [call]}, {"content": "done"}]
+review = HumanInTheLoopMiddleware({"execute_sql": True})
+agent = create_agent(ScriptedModel(script), [execute_sql], middleware=[review], checkpointer=InMemorySaver())
+config = {"configurable": {"thread_id": "t"}}
+paused = agent.invoke({"messages": ["go"]}, config)
+answer = {paused["__interrupt__"][0].id: {"decisions": [{"type": "approve"}]}}
+assert agent.invoke(Command(resume=answer), config)["messages"][-1].content == "done"
+"""
+    loaded = _loaded_after(probe)
+    assert "pydantic" not in loaded

@@ -9,10 +9,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-import pydantic
 
 from handrail import structured_output
 from handrail.errors import ConfigurationError
@@ -80,11 +79,18 @@ def run_config(agent: Agent, config: RunnableConfig | None, options: Mapping[str
     return merge_configs(bound, config)
 
 
+def _is_pydantic_model(cls: type) -> bool:
+    # A pydantic model's class was made by pydantic, so pydantic is loaded already: a
+    # process whose agent uses none never imports it (about 25 ms).
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and issubclass(cls, pydantic.BaseModel)
+
+
 def coerce_context(context_schema: Any, context: Any) -> Any:
     """A dict given as ``context`` becomes the ``context_schema`` dataclass or pydantic model."""
     if not isinstance(context, dict) or not isinstance(context_schema, type):
         return context
-    if dataclasses.is_dataclass(context_schema) or issubclass(context_schema, pydantic.BaseModel):
+    if dataclasses.is_dataclass(context_schema) or _is_pydantic_model(context_schema):
         try:
             return context_schema(**context)
         except (TypeError, ValueError) as exc:
