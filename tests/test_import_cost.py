@@ -120,3 +120,28 @@ assert agent.invoke(Command(resume=answer), config)["messages"][-1].content == "
 """
     loaded = _loaded_after(probe)
     assert "pydantic" not in loaded
+
+
+def test_the_sqlite_savers_scripted_model_and_other_middleware_load_on_first_use() -> None:
+    late = [
+        "handrail.checkpoint.sqlite",
+        "handrail.models.scripted",
+        "handrail.middleware.summarization",
+        "handrail.middleware.retry",
+        "handrail.middleware.limits",
+        "handrail.middleware.fallback",
+    ]
+    probe = (
+        "import sys, handrail, handrail.middleware as mw\n"
+        f"late = {late!r}\n"
+        "assert not [m for m in late if m in sys.modules], [m for m in late if m in sys.modules]\n"
+        "assert handrail.SqliteSaver.__name__ == 'SqliteSaver'\n"
+        "assert handrail.ScriptedModel.__name__ == 'ScriptedModel'\n"
+        "assert mw.SummarizationMiddleware.__name__ == 'SummarizationMiddleware'\n"
+        "from handrail.checkpoint import AsyncSqliteSaver\n"
+        "from handrail.models import ScriptExhaustedError\n"
+        "from handrail.middleware import ModelCallLimitMiddleware, ModelFallbackMiddleware\n"
+        "from handrail.middleware import ToolRetryMiddleware\n"
+        "assert all(m in sys.modules for m in late)\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)
