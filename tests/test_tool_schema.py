@@ -121,3 +121,19 @@ def test_a_tool_with_richer_arguments_still_gets_its_schema_from_pydantic() -> N
         "title": "Names",
         "type": "array",
     }
+
+
+def test_names_pydantic_refuses_warns_about_or_reads_still_go_through_pydantic() -> None:
+    """A tool whose argument is named ``_x``, ``model_config`` or ``json`` is judged by
+    pydantic at definition, as before: refused, read as configuration, or warned about."""
+    from handrail.tools import _MODEL_NAMES
+
+    public = {n for n in dir(pydantic.BaseModel) if not n.startswith(("_", "model_"))}
+    assert public <= _MODEL_NAMES
+    with pytest.raises(pydantic.PydanticUserError, match="leading underscores"):
+        Tool(_function([("_x", str, inspect.Parameter.empty, None)]), name="run")
+    with pytest.warns(UserWarning, match="shadows an attribute"):
+        shadowing = Tool(_function([("json", str, inspect.Parameter.empty, None)]), name="run")
+    assert shadowing._plain is None
+    configured = Tool(_function([("model_config", str, inspect.Parameter.empty, None)]), name="run")
+    assert configured._plain is None and "model_config" not in configured.json_schema.get("properties", {})

@@ -387,6 +387,8 @@ def _plain_signature(func: Callable[..., Any], name: str, skip: list[str]) -> _P
         kind = hints.get(param.name, Any)
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or kind not in _SCALARS:
             return None
+        if param.name.startswith(("_", "model_")) or param.name in _MODEL_NAMES:
+            return None  # pydantic refuses, warns about or reads such a name: it decides
         default = _REQUIRED if param.default is inspect.Parameter.empty else param.default
         if default is not _REQUIRED and default is not None and type(default) not in _SCALARS:
             return None
@@ -395,6 +397,24 @@ def _plain_signature(func: Callable[..., Any], name: str, skip: list[str]) -> _P
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+# The public names of pydantic's BaseModel (tests/test_tool_schema.py checks the list):
+# a field of one of these names shadows it, and pydantic warns
+_MODEL_NAMES = frozenset(
+    {
+        "construct",
+        "copy",
+        "dict",
+        "from_orm",
+        "json",
+        "parse_file",
+        "parse_obj",
+        "parse_raw",
+        "schema",
+        "schema_json",
+        "update_forward_refs",
+        "validate",
+    }
+)
 
 
 def _plain_json_schema(fields: _PlainFields, docs: Mapping[str, str]) -> dict[str, Any]:
