@@ -490,3 +490,66 @@ def test_messages_are_stored_in_the_same_bytes_as_before() -> None:
         b'"type":"tool_call"}],"usage_metadata":{"input_tokens":3}},{"__hr__":"tool","content":"r",'
         b'"id":"x","name":"t","tool_call_id":"c","status":"error"}]'
     )
+
+
+_FIELD_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["", "x", "call_1", "success", "error"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "name", "args"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+_KEYS = ["content", "id", "name", "tool_calls", "tool_call_id", "status", "iso", "colour"]
+_TAGS = ["ai", "tool", "human", "remove", "datetime", "no-such-type"]
+
+
+@st.composite
+def _planted(draw: st.DrawFn, depth: int = 0) -> Any:
+    """Decoded JSON with tagged objects planted anywhere, well-formed or not."""
+    if depth > 2 or draw(st.booleans()):
+        return draw(_FIELD_VALUES)
+    if draw(st.booleans()):
+        return [draw(_planted(depth + 1)) for _ in range(draw(st.integers(0, 3)))]
+    fields = draw(
+        st.dictionaries(
+            st.sampled_from(
+                ["content", "id", "name", "tool_calls", "tool_call_id", "status", "iso", "colour"]
+            ),
+            _planted(depth + 1),
+            max_size=4,
+        )
+    )
+    if draw(st.booleans()):
+        fields["__hr__"] = draw(
+            st.sampled_from(["ai", "tool", "human", "remove", "datetime", "no-such-type"])
+        )
+    return fields
+
+
+def _outcome(load: Any) -> Any:
+    try:
+        return ("value", load())
+    except SerializationError:
+        return ("refused",)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_planted())
+def test_any_record_loads_or_is_refused_exactly_as_the_whole_walk_says(value: Any) -> None:
+    """Rule 10 against the shortcut: whatever a record holds - tagged objects well formed
+    or damaged, nested in each other or not - the load gives what the whole walk gives, or
+    refuses it as the whole walk does. It never loads as other data."""
+    from handrail.checkpoint.serde import _BadRecord, _revive
+
+    raw = orjson.dumps(value)
+
+    def whole() -> Any:
+        try:
+            return _revive(orjson.loads(raw))
+        except _BadRecord as exc:
+            raise SerializationError(str(exc)) from None
+
+    assert _outcome(lambda: loads(raw)) == _outcome(whole)
