@@ -166,7 +166,7 @@ def test_a_saved_respond_without_its_message_never_wedges_the_thread(monkeypatch
 
     agent, _ = _unknown_outcome()
     (review,) = agent.get_state(config()).interrupts
-    monkeypatch.setattr(rules, "_validate_outcome_decision", lambda answer: {"type": "respond"})
+    monkeypatch.setattr(rules, "check_outcome_decision", lambda answer: {"type": "respond"})
     result = agent.invoke(Command(resume={review.id: {"type": "respond", "message": ""}}), config())
     assert result["messages"][2].content == ""
     assert agent.invoke(None, config())["messages"][-1].content == "done"

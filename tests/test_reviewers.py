@@ -20,7 +20,6 @@ from handrail.errors import (
     InvalidDecisionError,
     NotAllowedError,
 )
-from handrail.runtime.authority import refusal
 
 from _support import AgentFactory, Ledger, call, config, events_of, turn
 
@@ -238,6 +237,6 @@ def test_the_one_authorization_function_allows_exactly_a_shared_role(
         value = {"action_requests": [{"name": "execute_sql", "args": {}}], "review_configs": []}
     else:
         value = {"type": shape, "name": "execute_sql", "args": {}}
-    reason = refusal(agent._spec, value, {"id": "x", "roles": held})
+    reason = agent.refusal(value, {"id": "x", "roles": held})
     assert (reason is None) == bool(set(required) & set(held))
-    assert refusal(agent._spec, {"question": "custom"}, None) is None
+    assert agent.refusal({"question": "custom"}, None) is None

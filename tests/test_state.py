@@ -222,10 +222,13 @@ def test_messages_may_not_separate_tool_calls_from_their_results(make_agent: Age
     with pytest.raises(ValueError, match="would put a human message"):
         agent.invoke(Command(update={"messages": [HumanMessage("wait")]}), config())
     assert events_of(agent) == before
-    # answering the call in the same update is fine
-    agent.update_state(
-        config(), {"messages": [ToolMessage("skipped", tool_call_id="c1"), HumanMessage("ok")]}
-    )
+    # answering the call in the same update keeps the order, but the call is under review:
+    # only its review may give it a result (rule 19)
+    with pytest.raises(ValueError, match="waiting for review"):
+        agent.update_state(
+            config(), {"messages": [ToolMessage("skipped", tool_call_id="c1"), HumanMessage("ok")]}
+        )
+    assert events_of(agent) == before
 
 
 def test_list_interrupts_is_the_cross_thread_inbox(make_agent: AgentFactory) -> None:

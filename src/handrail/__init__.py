@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.agent import Agent, InterruptPage, PendingInterrupt, create_agent
 from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver, MemorySaver
+from handrail.context import Runtime, ToolRuntime, get_stream_writer, interrupt
 from handrail.messages import (
     AIMessage,
     AIMessageChunk,
@@ -41,7 +42,6 @@ from handrail.middleware import (
     ToolCallRequest,
 )
 from handrail.models import ChatModel, init_chat_model
-from handrail.runtime.context import Runtime, ToolRuntime, get_stream_writer, interrupt
 from handrail.structured_output import ProviderStrategy, ToolStrategy
 from handrail.tools import Tool, tool
 from handrail.types import (

@@ -6,35 +6,31 @@ and hands the work to the run loop, driven synchronously or asynchronously.
 
 from __future__ import annotations
 
-import base64
 import contextvars
 import queue
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-import orjson
-
+from handrail import review
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
-    PendingFilter,
     PendingOrder,
     ThreadFilter,
     ThreadRecord,
 )
 from handrail.checkpoint.memory import InMemorySaver
 from handrail.decisions import Decision, name_first_answer
-from handrail.errors import ConfigurationError, ConflictError, InvalidInputError, stored_time
+from handrail.errors import ConfigurationError, ConflictError, InvalidInputError
 from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
 from handrail.runtime import inbox, loop, maintenance, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync
-from handrail.runtime.events import decode_review
+from handrail.runtime.inbox import InterruptPage, PendingInterrupt
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
 from handrail.types import (
@@ -52,31 +48,6 @@ __all__ = ["Agent", "InterruptPage", "PendingInterrupt", "create_agent"]
 StreamMode = Literal["values", "updates", "messages", "custom"]
 STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "custom")
 Version = Literal["v1", "v2"]
-
-
-@dataclass(frozen=True, slots=True)
-class PendingInterrupt:
-    """One entry of the reviewers' inbox (:meth:`Agent.list_interrupts`)."""
-
-    thread_id: str
-    interrupt: Interrupt
-    kind: str
-    tools: tuple[str, ...]
-    created_at: datetime
-    metadata: Mapping[str, Any]
-
-    @property
-    def config(self) -> RunnableConfig:
-        """The config to answer it with: ``agent.invoke(Command(...), item.config)``."""
-        return {"configurable": {"thread_id": self.thread_id}}
-
-
-@dataclass(frozen=True, slots=True)
-class InterruptPage:
-    """A page of the inbox; pass ``next_cursor`` as ``cursor`` to get the next one."""
-
-    items: list[PendingInterrupt]
-    next_cursor: str | None
 
 
 def create_agent(
@@ -406,7 +377,7 @@ class Agent:
             raise name_first_answer(exc, interrupt_id, trail) from None
         return _decision(env, request, interrupt_id)
 
-    def _run_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
+    def run_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
         """Run what is due on ``thread_id`` as ``run_id``, a run the caller claimed on the store
         (``claim_queued``: a worker, ``handrail.worker``); the claim ends with the run.
 
@@ -415,9 +386,29 @@ class Agent:
         """
         return self._run_sync(*self._claimed_run(thread_id, run_id))
 
-    async def _arun_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
-        """Async :meth:`_run_claimed`."""
+    async def arun_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
+        """Async :meth:`run_claimed`."""
         return await self._run_async(*self._claimed_run(thread_id, run_id))
+
+    # Who may decide (SPEC rule 12) ------------------------------------------------------------
+    def may_decide(self, value: Any, reviewer: Any) -> bool:
+        """Whether ``reviewer`` may answer a review whose value is ``value`` (an
+        ``Interrupt``'s ``value``), under this agent's policies: what every channel and the
+        inbox ask (``handrail.review.may_answer``).
+
+        Example::
+
+            agent.may_decide(interrupt.value, {"id": "bob", "roles": ["ops"]})   # False for a DBA's tool
+        """
+        return review.may_answer(self._spec.policies, value, reviewer)
+
+    def refusal(self, value: Any, reviewer: Any) -> str | None:
+        """Why ``reviewer`` may not answer a review with ``value``, or None if they may."""
+        return review.refusal(self._spec.policies, value, reviewer)
+
+    def roles_for(self, value: Any) -> list[str]:
+        """The roles that may decide a review with ``value`` (empty: any reviewer)."""
+        return sorted({r for _, roles in review.roles_required(self._spec.policies, value) for r in roles})
 
     def _claimed_run(self, thread_id: str, run_id: str) -> tuple[Env, loop.RunRequest]:
         env, request = self._prepare_run(None, {"configurable": {"thread_id": thread_id}}, frozenset())
@@ -651,11 +642,11 @@ class Agent:
             more = agent.list_interrupts(order="newest", limit=20, cursor=page.next_cursor)
         """
         store = self._store_or_raise()
-        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
+        filter = inbox.pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
         if reviewer is None:
-            return _page(store.list_pending(filter), filter)
+            return inbox.page_of(store.list_pending(filter), filter)
         env = Env(self._spec, store, "")
-        return _page(drive_sync(inbox.visible_pending(env, filter, _reviewer(reviewer)), env), filter)
+        return inbox.page_of(drive_sync(inbox.visible_pending(env, filter, _reviewer(reviewer)), env), filter)
 
     async def alist_interrupts(
         self,
@@ -672,12 +663,12 @@ class Agent:
     ) -> InterruptPage:
         """Async :meth:`list_interrupts`."""
         store = self._store_or_raise()
-        filter = _pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
+        filter = inbox.pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
         if reviewer is None:
-            return _page(await store.alist_pending(filter), filter)
+            return inbox.page_of(await store.alist_pending(filter), filter)
         env = Env(self._spec, store, "")
         items = await drive_async(inbox.visible_pending(env, filter, _reviewer(reviewer)), env)
-        return _page(items, filter)
+        return inbox.page_of(items, filter)
 
     def list_threads(
         self,
@@ -700,7 +691,7 @@ class Agent:
             stale = agent.list_threads(status="interrupted", updated_before=datetime(2026, 11, 1, tzinfo=UTC))
         """
         return self._store_or_raise().list_threads(
-            _thread_filter(metadata, status, updated_after, updated_before, limit, offset)
+            inbox.thread_filter(metadata, status, updated_after, updated_before, limit, offset)
         )
 
     async def alist_threads(
@@ -715,7 +706,7 @@ class Agent:
     ) -> list[ThreadRecord]:
         """Async :meth:`list_threads`."""
         return await self._store_or_raise().alist_threads(
-            _thread_filter(metadata, status, updated_after, updated_before, limit, offset)
+            inbox.thread_filter(metadata, status, updated_after, updated_before, limit, offset)
         )
 
     def prune_thread(self, thread_id: str, *, keep_last: int = 20) -> int:
@@ -800,7 +791,7 @@ class Agent:
     ) -> tuple[Env, tuple[ThreadFilter, float | None, float | None, int]]:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000:
             raise InvalidInputError(f"limit must be an integer from 1 to 100000, got {limit!r}")
-        window = _thread_filter(metadata, None, since, until, 1, 0)
+        window = inbox.thread_filter(metadata, None, since, until, 1, 0)
         return Env(self._spec, self._store_or_raise(), ""), (
             window,
             window.updated_after,
@@ -938,114 +929,3 @@ def _checkpoint_of(config: RunnableConfig | None) -> str | None:
         return None
     value = config.get("configurable", {}).get("checkpoint_id")
     return value if isinstance(value, str) else None
-
-
-def _thread_filter(
-    metadata: Mapping[str, Any] | None,
-    status: str | None,
-    updated_after: datetime | float | None,
-    updated_before: datetime | float | None,
-    limit: int,
-    offset: int,
-) -> ThreadFilter:
-    if status not in (None, "idle", "running", "interrupted"):
-        raise InvalidInputError(f"status must be 'idle', 'running' or 'interrupted', got {status!r}")
-    if not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidInputError(f"limit must be an integer from 1 to 10000, got {limit!r}")
-    if not isinstance(offset, int) or offset < 0:
-        raise InvalidInputError(f"offset must be a non-negative integer, got {offset!r}")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise InvalidInputError("metadata must be a dict")
-
-    def seconds(value: datetime | float | None, name: str) -> float | None:
-        if value is None:
-            return None
-        if isinstance(value, datetime):
-            if value.tzinfo is None:
-                raise InvalidInputError(f"{name} must be an aware datetime (with a tzinfo)")
-            return value.timestamp()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise InvalidInputError(f"{name} must be a datetime or epoch seconds, got {value!r}")
-
-    return ThreadFilter(
-        metadata=metadata,
-        status=status,  # type: ignore[arg-type]
-        updated_after=seconds(updated_after, "updated_after"),
-        updated_before=seconds(updated_before, "updated_before"),
-        limit=limit,
-        offset=offset,
-    )
-
-
-def _pending_filter(
-    tool: str | None,
-    thread_id: str | None,
-    older_than: float | timedelta | None,
-    metadata: Mapping[str, Any] | None,
-    kind: str | None,
-    limit: int,
-    cursor: str | None,
-    order: PendingOrder = "oldest",
-) -> PendingFilter:
-    if not isinstance(limit, int) or not 1 <= limit <= 1000:
-        raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
-    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
-    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds < 0):
-        raise InvalidInputError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
-    if order not in ("oldest", "newest"):
-        raise InvalidInputError(f"order must be 'oldest' or 'newest', got {order!r}")
-    after = None
-    if cursor is not None:
-        try:
-            created, thread, interrupt_id, *made_for = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
-            after = (float(created), str(thread), str(interrupt_id))
-            cursor_order = made_for[0] if made_for else "oldest"
-            if len(made_for) > 1 or cursor_order not in ("oldest", "newest"):
-                raise ValueError(cursor_order)
-        except Exception:
-            raise InvalidInputError(f"cursor {cursor!r} is not one list_interrupts returned") from None
-        if cursor_order != order:
-            raise InvalidInputError(
-                f"cursor {cursor!r} continues an order={cursor_order!r} listing; pass order={cursor_order!r} "
-                f"with it, or start order={order!r} without a cursor"
-            )
-    return PendingFilter(
-        tool=tool,
-        thread_id=thread_id,
-        older_than=float(seconds) if seconds is not None else None,
-        metadata=metadata,
-        kind=kind,
-        after=after,
-        limit=limit,
-        order=order,
-    )
-
-
-def _page(items: list[Any], filter: PendingFilter) -> InterruptPage:
-    out = [
-        PendingInterrupt(
-            thread_id=item.thread_id,
-            interrupt=Interrupt(
-                value=decode_review(
-                    item.review.payload, item.thread_id, item.review.interrupt_id, item.review.kind
-                ),
-                id=item.review.interrupt_id,
-            ),
-            kind=item.review.kind,
-            tools=item.review.tools,
-            created_at=stored_time(
-                item.review.created_at, item.thread_id, f"pending interrupt {item.review.interrupt_id}"
-            ),
-            metadata=dict(item.metadata),
-        )
-        for item in items
-    ]
-    next_cursor = None
-    if len(items) == filter.limit and items:
-        last = items[-1]
-        key = [last.review.created_at, last.thread_id, last.review.interrupt_id]
-        if filter.order != "oldest":  # cursors of oldest-first pages keep their earlier form
-            key.append(filter.order)
-        next_cursor = base64.urlsafe_b64encode(orjson.dumps(key)).decode()
-    return InterruptPage(items=out, next_cursor=next_cursor)

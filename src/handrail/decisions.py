@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from handrail.errors import AlreadyAnsweredError, ConflictError
-from handrail.runtime.authority import reviewer_id
+from handrail.review import reviewer_id
 from handrail.types import AuditEntry
 
 __all__ = ["Decision", "name_first_answer"]

@@ -118,7 +118,7 @@ class StoreReviews:
         assert store is not None
         run_id = new_id("run-")
         if store.claim_queued(run_id, thread_id=thread_id) is not None:
-            self._agent._run_claimed(thread_id, run_id)
+            self._agent.run_claimed(thread_id, run_id)
         state = self._agent.get_state({"configurable": {"thread_id": thread_id}})
         values = to_wire(state.values)
         if state.interrupts:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from handrail.runtime.context import ToolRuntime
+from handrail.context import ToolRuntime
 
 if TYPE_CHECKING:  # pydantic loads when a schema is first built, not on `import handrail`
     import pydantic

@@ -167,7 +167,7 @@ class Worker:
                 await group.store.arelease_run(thread_id, run_id)
                 return None
             try:
-                return await agent._arun_claimed(thread_id, run_id)
+                return await agent.arun_claimed(thread_id, run_id)
             finally:
                 self.ran += 1
         return None
@@ -203,7 +203,7 @@ class Worker:
             if agent is None:
                 await group.store.arelease_run(thread_id, run_id)
                 return
-            await agent._arun_claimed(thread_id, run_id)
+            await agent.arun_claimed(thread_id, run_id)
         except asyncio.CancelledError:
             raise
         except Exception:  # rule W4: its thread says why; the worker goes on

@@ -99,7 +99,7 @@ def test_an_answer_recorded_for_a_worker_queues_its_thread_for_exactly_one_claim
     assert other.claim_queued("run-1") == "t1"
     assert saver.claim_queued("run-2") is None and other.claim_queued("run-3") is None
     assert other.runs_alive("t1") == {"run-1"}
-    result = build_agent(other, tmp_path / "tool.log")._run_claimed("t1", "run-1")
+    result = build_agent(other, tmp_path / "tool.log").run_claimed("t1", "run-1")
     assert finished(result.values) and log_lines(tmp_path / "tool.log") == ["t1"]
     assert other.runs_alive("t1") == set() and saver.claim_queued("run-4") is None
 
@@ -213,7 +213,7 @@ def test_a_dead_workers_run_is_taken_over_and_its_call_raised_as_outcome_unknown
         assert time.monotonic() < deadline, "the dead worker's run was never handed on"
         time.sleep(0.05)
     assert claimed == "t1"
-    result = agent._run_claimed("t1", "run-next")
+    result = agent.run_claimed("t1", "run-next")
     (unknown,) = result.interrupts
     assert unknown.value["type"] == "outcome_unknown" and unknown.value["name"] == "write_file"
     assert log_lines(log) == ["t1"]  # not run again silently

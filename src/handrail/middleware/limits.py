@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from handrail.context import Runtime
 from handrail.errors import ConfigurationError, HandrailError
 from handrail.messages import AIMessage, ToolCall, ToolMessage
 from handrail.middleware.decorators import hook_config
 from handrail.middleware.types import AgentMiddleware
-from handrail.runtime.context import Runtime
 
 __all__ = [
     "ModelCallLimitExceededError",

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from handrail.context import current_task
 from handrail.errors import ConfigurationError
 from handrail.messages import AIMessage, ToolMessage
 from handrail.middleware.types import (
@@ -44,7 +45,6 @@ from handrail.models.errors import (
     ModelContextLengthError,
     ModelRequestError,
 )
-from handrail.runtime.context import current_task
 
 __all__ = ["ModelRetryMiddleware", "ToolRetryMiddleware", "calculate_delay", "default_retry_on"]
 

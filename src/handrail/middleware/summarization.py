@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from handrail.context import Runtime
 from handrail.errors import ConfigurationError
 from handrail.messages import (
     REMOVE_ALL_MESSAGES,
@@ -39,7 +40,6 @@ from handrail.messages import (
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
-from handrail.runtime.context import Runtime
 
 __all__ = ["DEFAULT_SUMMARY_PROMPT", "SummarizationMiddleware", "count_tokens_approximately"]
 

@@ -21,11 +21,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from handrail.context import Runtime, ToolRuntime
 from handrail.messages import AIMessage, BaseMessage, SystemMessage, ToolCall, ToolMessage
-from handrail.runtime.context import Runtime, ToolRuntime
 
 if TYPE_CHECKING:
     from handrail.models.base import ChatModel
+    from handrail.review import Policies
     from handrail.tools import Tool
 
 __all__ = [
@@ -227,6 +228,14 @@ class AgentMiddleware:
     # handrail extensions --------------------------------------------------------
     def bind(self, tools: Mapping[str, Tool]) -> None:
         """Called once by ``create_agent`` with the agent's tools, to check the config."""
+        return None
+
+    def review_policies(self) -> Policies | None:
+        """The review policies this middleware holds, if it is the agent's review gate.
+
+        ``HumanInTheLoopMiddleware`` returns its parsed ``interrupt_on``; the run loop then
+        enforces them where tools run (``handrail.review``). An agent has at most one gate.
+        """
         return None
 
     def validate_resume(self, value: Any, resume: Any, context: ResumeContext) -> Any:

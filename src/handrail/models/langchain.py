@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from handrail.context import ToolRuntime
 from handrail.errors import ConfigurationError
 from handrail.messages import (
     AIMessage,
@@ -47,7 +48,6 @@ from handrail.messages import (
 )
 from handrail.models._common import content_text, to_openai_tool
 from handrail.models.base import ChatModel, ToolSpec
-from handrail.runtime.context import ToolRuntime
 from handrail.tools import Tool, ToolArgumentsError
 
 __all__ = [

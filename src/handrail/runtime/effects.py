@@ -28,6 +28,12 @@ from handrail.checkpoint.base import (
 )
 from handrail.checkpoint.integrity import GENESIS, seal
 from handrail.checkpoint.serde import dumps
+from handrail.context import (
+    PauseSignal,
+    TaskContext,
+    reset_current_task,
+    set_current_task,
+)
 from handrail.errors import ConflictError
 from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, new_id
 from handrail.middleware.types import (
@@ -37,12 +43,6 @@ from handrail.middleware.types import (
     hook_is_defined,
 )
 from handrail.models.base import accumulate_chunks
-from handrail.runtime.context import (
-    PauseSignal,
-    TaskContext,
-    reset_current_task,
-    set_current_task,
-)
 from handrail.runtime.events import Event, encode_event, pack_payload, review_payload, review_record
 from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
@@ -191,13 +191,15 @@ class Persist(Effect):
     Durability: every flush is committed, so a process that dies loses nothing saved
     (rule 7). Only some commits also wait for the disk (an fsync): the one that records
     the tool calls a step is about to run (rule 9 must hold after a power cut too: a
-    call that may have acted is on disk first), the one that claims the run, the run's
-    last (a pause or an answer is never lost once ``invoke`` returns) and those asked
-    for with ``durable=True``. The commits in between - a tool's result, the state
-    before a model call - need not: a store writes its log in order, so the next
-    durable commit makes them durable too, and a power cut before it rolls the thread
-    back to the recorded calls, which come back as ``outcome_unknown`` reviews, never
-    silently run again. That is two waits for the disk per review cycle.
+    call that may have acted is on disk first), the one that holds an answer (a
+    person's decision is on disk even when every call was rejected and none acts), the
+    one that claims the run, the run's last (a pause or an answer is never lost once
+    ``invoke`` returns) and those asked for with ``durable=True``. The commits in
+    between - a tool's result, the state before a model call - need not: a store writes
+    its log in order, so the next durable commit makes them durable too, and a power
+    cut before it rolls the thread back to the recorded calls, which come back as
+    ``outcome_unknown`` reviews, never silently run again. That is two waits for the
+    disk per review cycle.
     """
 
     events: list[Event]
@@ -266,10 +268,7 @@ class Persist(Effect):
 
     def _durable(self, events: list[Event], claim: str | None) -> bool:
         return (
-            self.durable
-            or self.release
-            or claim is not None
-            or any(e.kind == "tools_planned" for e in events)
+            self.durable or self.release or claim is not None or any(e.kind in _DURABLE_KINDS for e in events)
         )
 
     def _append_args(
@@ -402,6 +401,7 @@ def _asked(record: InterruptRecord) -> dict[str, Any]:
     }
 
 
+_DURABLE_KINDS = frozenset({"tools_planned", "resume"})  # calls about to act; a person's answer
 _NO_ARGS: dict[str, Any] = {}
 _RELAXED: dict[str, Any] = {"durable": False}
 # A run's last append also saves the whole reading of the thread once twice as many

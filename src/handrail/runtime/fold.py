@@ -14,9 +14,14 @@ from typing import Any, NamedTuple
 from handrail.checkpoint.integrity import GENESIS
 from handrail.errors import SerializationError
 from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_messages_into
+from handrail.review import Answer, answers_from
 from handrail.runtime.events import CHECKPOINT_KINDS, Event
 
-__all__ = ["InterruptRecord", "Reducer", "StartedTool", "ThreadFold", "pending_tool_calls"]
+__all__ = ["BOUND_METADATA", "InterruptRecord", "Reducer", "StartedTool", "ThreadFold", "pending_tool_calls"]
+
+BOUND_METADATA = ("assistant_id", "graph_id")
+"""Thread metadata keys that name the agent a thread belongs to: set once, by its first
+input, and never changed after (SPEC rule 21; ``rules.py`` refuses input that tries)."""
 
 Reducer = Callable[[Any, Any], Any]
 
@@ -80,7 +85,10 @@ class ThreadFold:
     * ``step_interrupts`` / ``answers`` - every interrupt of the current step and the
       answers given, which a re-run of the step receives;
     * ``task_results`` - tool results of the current ``tools`` step, by tool call id;
-    * ``started`` - tool calls that began and have no result yet (SPEC rule 9).
+    * ``started`` - tool calls that began and have no result yet (SPEC rule 9);
+    * ``decided`` - answers given on this branch to tool calls, by call id, that no
+      ``tool_started`` has used yet, and ``used`` - those a start used whose call has not
+      finished (rules 19-20, ``handrail.review``).
     """
 
     __slots__ = (
@@ -98,6 +106,7 @@ class ThreadFold:
         "checkpoint_seq",
         "checkpoint_writes",
         "created_at",
+        "decided",
         "epoch",
         "head_seq",
         "last_step",
@@ -113,6 +122,7 @@ class ThreadFold:
         "task_results",
         "thread_id",
         "updated_at",
+        "used",
         "values",
     )
 
@@ -134,6 +144,8 @@ class ThreadFold:
         self.superseded_ids: set[str] = set()
         self.task_results: dict[str, ToolMessage] = {}
         self.started: dict[str, StartedTool] = {}
+        self.decided: dict[str, Answer] = {}
+        self.used: dict[str, Answer] = {}
         self.created_at = 0.0
         self.updated_at = 0.0
         self.checkpoint_at = 0.0
@@ -155,6 +167,10 @@ class ThreadFold:
     def messages(self) -> list[BaseMessage]:
         messages: list[BaseMessage] = self.values["messages"]
         return messages
+
+    def position_of(self, message_id: str) -> int | None:
+        """Where the message with this id is in ``messages``, if it is there."""
+        return self._message_index.get(message_id)
 
     def pending_calls(self) -> tuple[AIMessage | None, list[dict[str, Any]]]:
         """:func:`pending_tool_calls` of the messages, worked out once per change to them.
@@ -187,20 +203,20 @@ class ThreadFold:
         view["messages"] = list(self.messages)
         return view
 
-    def answers_for(self, task: str) -> dict[int, Any]:
-        """The answers a re-run of ``task`` gets for its ``interrupt()`` calls, by index."""
+    def answers_for(self, task: str, *, gate: str | None = None) -> dict[int, Any]:
+        """The answers a re-run of ``task`` gets for its ``interrupt()`` calls, by index.
+
+        ``gate``: the name of the review gate, whose per-call reviews of a tool call are
+        the executor's, not the tool's own ``interrupt()`` calls.
+        """
         return {
             record.index: self.answers[record.id]
             for record in self.step_interrupts.values()
-            if record.task == task and record.kind == "interrupt" and record.id in self.answers
+            if record.task == task
+            and record.kind == "interrupt"
+            and record.id in self.answers
+            and (gate is None or record.source != gate or record.step != "tools")
         }
-
-    def outcome_answer(self, task: str) -> Any:
-        """The answer to an ``outcome_unknown`` interrupt of ``task``, or None."""
-        for record in self.step_interrupts.values():
-            if record.task == task and record.kind == "outcome_unknown" and record.id in self.answers:
-                return self.answers[record.id]
-        return None
 
     def copy(self) -> ThreadFold:
         """An independent copy (values shallow-copied, message list copied)."""
@@ -217,6 +233,8 @@ class ThreadFold:
         other.superseded_ids = set(self.superseded_ids)
         other.task_results = dict(self.task_results)
         other.started = dict(self.started)
+        other.decided = dict(self.decided)
+        other.used = dict(self.used)
         other.metadata = dict(self.metadata)
         return other
 
@@ -237,6 +255,9 @@ class ThreadFold:
         self.created_at, self.epoch, self.metadata, self.chain, self.chain_sealed = keep
         self.answered_ids = answered
         self.superseded_ids = superseded - set(self.pending)
+        # rule 20: answers belong to the branch they were given on; a new branch asks again
+        self.decided = {}
+        self.used = {}
         self.head_seq = event.seq
         self.updated_at = event.created_at
         self.parent_checkpoint_seq = previous_checkpoint
@@ -284,10 +305,15 @@ class ThreadFold:
         if metadata:
             if not isinstance(metadata, dict):
                 raise TypeError("metadata must be an object")
+            for key in BOUND_METADATA:  # a log written before rule 21: its first binding holds
+                if key in metadata and key in self.metadata and metadata[key] != self.metadata[key]:
+                    metadata = {k: v for k, v in metadata.items() if k != key}
             self.metadata.update(metadata)
         self._apply_values(data["values"])
         self._end_step(_as_next(data["next"]))
         self.last_step = None
+        self.decided = {}  # a new run: no call of the last one is due any more
+        self.used = {}
 
     def _apply_step(self, data: dict[str, Any], event: Event) -> None:
         step = data["step"]
@@ -299,6 +325,8 @@ class ThreadFold:
             results = [self.task_results[c["id"]] for c in calls if c["id"] in self.task_results]
             if results:
                 self._apply_messages(results)
+            self.decided = {}  # every call of the step has its result: no answer is left to use
+            self.used = {}
         values = data.get("values")
         if values:
             self._apply_values(values)
@@ -334,17 +362,26 @@ class ThreadFold:
         self.step_interrupts[record.id] = record
         if record.kind == "interrupt":
             self.started.pop(record.task, None)  # the task paused; it did not finish unseen
+            used = self.used.pop(record.task, None)
+            if used is not None:  # a tool that paused runs again on resume, under the same answer
+                self.decided[record.task] = used
 
     def _apply_resume(self, data: dict[str, Any], event: Event) -> None:
         answers = data["answers"]
         if not isinstance(answers, dict):
             raise TypeError("answers must be an object")
+        reviewer = data.get("reviewer")
         for interrupt_id, value in answers.items():
-            if interrupt_id not in self.pending:
+            record = self.pending.pop(interrupt_id, None)
+            if record is None:
                 raise ValueError(f"answer to interrupt {interrupt_id!r}, which is not pending")
-            del self.pending[interrupt_id]
             self.answers[interrupt_id] = value
             self.answered_ids.add(interrupt_id)
+            # rule 19: the answer, bound to each call it decides and to what its reviewer saw
+            for answer in answers_from(
+                record.id, record.kind, record.source, record.value, value, reviewer, event.seq
+            ):
+                self.decided[answer.call_id] = answer
 
     def _apply_tools_planned(self, data: dict[str, Any], event: Event) -> None:
         calls = data["calls"]
@@ -358,10 +395,11 @@ class ThreadFold:
                 raise ValueError(
                     f"tools_planned names call {task!r}, which the last AI message does not propose"
                 )
+            action = _planned_action(call, self.decided.get(task))
             self.started[task] = StartedTool(
                 task=task,
-                name=str(call.get("name")),
-                args=dict(call.get("args") or {}),
+                name=str(action.get("name")),
+                args=dict(action.get("args") or {}),
                 run_id=data.get("run_id"),
                 idempotent=False,
                 seq=event.seq,
@@ -380,6 +418,9 @@ class ThreadFold:
             idempotent=bool(data.get("idempotent", False)),
             seq=event.seq,
         )
+        answer = self.decided.pop(task, None)  # rule 20: the start uses the answer up
+        if answer is not None:
+            self.used[task] = answer
 
     def proposed_args(self, task: str) -> Any:
         """The args the model proposed for call ``task`` (a start event omits them when equal)."""
@@ -396,6 +437,8 @@ class ThreadFold:
         task = _str(data.get("task", message.tool_call_id))
         self.task_results[task] = message
         self.started.pop(task, None)
+        self.decided.pop(task, None)
+        self.used.pop(task, None)
 
     def _apply_failed(self, data: dict[str, Any], event: Event) -> None:
         _str(data["error"])  # a record for the audit trail: the state is what the run saved
@@ -447,6 +490,8 @@ class ThreadFold:
                 }
                 for s in self.started.values()
             ],
+            "decided": [answer._asdict() for answer in self.decided.values()],
+            "used": [answer._asdict() for answer in self.used.values()],
         }
 
     def to_reading(self) -> dict[str, Any]:
@@ -546,6 +591,9 @@ class ThreadFold:
                 raise TypeError("the snapshot's tool results must be ToolMessages")
             fold.task_results = {m.tool_call_id: m for m in results}
             fold.started = {s["task"]: StartedTool(**s) for s in state["started"]}
+            # a snapshot made before answers were bound to calls holds none: those calls are asked again
+            fold.decided = _answers(state.get("decided", ()))
+            fold.used = _answers(state.get("used", ()))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             label = (
                 f"record {seq}: damaged snapshot" if what == "record" else f"{what} at record {seq}: damaged"
@@ -611,6 +659,25 @@ def pending_tool_calls(messages: list[BaseMessage]) -> tuple[AIMessage | None, l
         else:
             return None, []
     return None, []
+
+
+def _planned_action(call: dict[str, Any], answer: Answer | None) -> dict[str, Any]:
+    """What a planned call will run: the edited action when its answer is an edit."""
+    if answer is not None and answer.kind == "review" and answer.decision.get("type") == "edit":
+        edited = answer.decision.get("edited_action")
+        if isinstance(edited, dict):
+            return edited
+    return call
+
+
+def _answers(raw: Any) -> dict[str, Answer]:
+    if not isinstance(raw, list):
+        raise TypeError("answers must be a list")
+    answers = [Answer(**item) for item in raw]
+    for answer in answers:
+        if not isinstance(answer.call_id, str) or not isinstance(answer.decision, dict):
+            raise TypeError("an answer needs a call id and a decision")
+    return {answer.call_id: answer for answer in answers}
 
 
 def checkpoint_id_of(seq: int) -> str:

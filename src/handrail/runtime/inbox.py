@@ -1,24 +1,40 @@
-"""The inbox as one reviewer sees it: only what they may decide (SPEC rule 12).
+"""The inbox: its filters and cursors, its pages, and what one reviewer sees (SPEC rule 12).
+
+:func:`pending_filter` and :func:`thread_filter` check a listing's arguments and read
+its cursor; :func:`page_of` turns the store's items into an :class:`InterruptPage`.
 
 The store lists pending reviews by the filters it indexes (tool, thread, age, thread
 metadata, kind); whether a reviewer holds the roles a review needs is the agent's
-policy, asked of ``authority.refusal`` for each item. :func:`visible_pending` reads
+policy, asked of ``handrail.review.refusal`` for each item. :func:`visible_pending` reads
 pages from the store until it has ``limit`` items the reviewer may decide or the store
 has no more, so paging with the cursor of the last item kept never skips one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from dataclasses import replace
+import base64
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
-from handrail.checkpoint.base import PendingFilter, PendingItem
-from handrail.runtime.authority import refusal
+import orjson
+
+from handrail.checkpoint.base import PendingFilter, PendingItem, PendingOrder, ThreadFilter
+from handrail.errors import InvalidInputError, stored_time
+from handrail.review import refusal
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import decode_review
+from handrail.types import Interrupt, RunnableConfig
 
-__all__ = ["visible_pending"]
+__all__ = [
+    "InterruptPage",
+    "PendingInterrupt",
+    "page_of",
+    "pending_filter",
+    "thread_filter",
+    "visible_pending",
+]
 
 
 def visible_pending(
@@ -31,7 +47,7 @@ def visible_pending(
         items: list[PendingItem] = yield StoreCall("list_pending", (page_filter,))
         for item in items:
             value = decode_review(item.review.payload, item.thread_id, item.review.interrupt_id)
-            if refusal(env.spec, value, reviewer) is None:
+            if refusal(env.spec.policies, value, reviewer) is None:
                 kept.append(item)
                 if len(kept) == filter.limit:
                     return kept
@@ -41,3 +57,142 @@ def visible_pending(
         page_filter = replace(
             page_filter, after=(last.review.created_at, last.thread_id, last.review.interrupt_id)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInterrupt:
+    """One entry of the reviewers' inbox (:meth:`Agent.list_interrupts`)."""
+
+    thread_id: str
+    interrupt: Interrupt
+    kind: str
+    tools: tuple[str, ...]
+    created_at: datetime
+    metadata: Mapping[str, Any]
+
+    @property
+    def config(self) -> RunnableConfig:
+        """The config to answer it with: ``agent.invoke(Command(...), item.config)``."""
+        return {"configurable": {"thread_id": self.thread_id}}
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptPage:
+    """A page of the inbox; pass ``next_cursor`` as ``cursor`` to get the next one."""
+
+    items: list[PendingInterrupt]
+    next_cursor: str | None
+
+
+def thread_filter(
+    metadata: Mapping[str, Any] | None,
+    status: str | None,
+    updated_after: datetime | float | None,
+    updated_before: datetime | float | None,
+    limit: int,
+    offset: int,
+) -> ThreadFilter:
+    """The store's filter for one listing of threads, its arguments checked."""
+    if status not in (None, "idle", "running", "interrupted"):
+        raise InvalidInputError(f"status must be 'idle', 'running' or 'interrupted', got {status!r}")
+    if not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInputError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidInputError(f"offset must be a non-negative integer, got {offset!r}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InvalidInputError("metadata must be a dict")
+
+    def seconds(value: datetime | float | None, name: str) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise InvalidInputError(f"{name} must be an aware datetime (with a tzinfo)")
+            return value.timestamp()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise InvalidInputError(f"{name} must be a datetime or epoch seconds, got {value!r}")
+
+    return ThreadFilter(
+        metadata=metadata,
+        status=status,  # type: ignore[arg-type]
+        updated_after=seconds(updated_after, "updated_after"),
+        updated_before=seconds(updated_before, "updated_before"),
+        limit=limit,
+        offset=offset,
+    )
+
+
+def pending_filter(
+    tool: str | None,
+    thread_id: str | None,
+    older_than: float | timedelta | None,
+    metadata: Mapping[str, Any] | None,
+    kind: str | None,
+    limit: int,
+    cursor: str | None,
+    order: PendingOrder = "oldest",
+) -> PendingFilter:
+    """The store's filter for one inbox listing, its arguments checked and its cursor read."""
+    if not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+    seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+    if seconds is not None and (not isinstance(seconds, (int, float)) or seconds < 0):
+        raise InvalidInputError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+    if order not in ("oldest", "newest"):
+        raise InvalidInputError(f"order must be 'oldest' or 'newest', got {order!r}")
+    after = None
+    if cursor is not None:
+        try:
+            created, thread, interrupt_id, *made_for = orjson.loads(base64.urlsafe_b64decode(cursor.encode()))
+            after = (float(created), str(thread), str(interrupt_id))
+            cursor_order = made_for[0] if made_for else "oldest"
+            if len(made_for) > 1 or cursor_order not in ("oldest", "newest"):
+                raise ValueError(cursor_order)
+        except Exception:
+            raise InvalidInputError(f"cursor {cursor!r} is not one list_interrupts returned") from None
+        if cursor_order != order:
+            raise InvalidInputError(
+                f"cursor {cursor!r} continues an order={cursor_order!r} listing; pass order={cursor_order!r} "
+                f"with it, or start order={order!r} without a cursor"
+            )
+    return PendingFilter(
+        tool=tool,
+        thread_id=thread_id,
+        older_than=float(seconds) if seconds is not None else None,
+        metadata=metadata,
+        kind=kind,
+        after=after,
+        limit=limit,
+        order=order,
+    )
+
+
+def page_of(items: list[Any], filter: PendingFilter) -> InterruptPage:
+    """The inbox page the store's items make, with the cursor that continues it."""
+    out = [
+        PendingInterrupt(
+            thread_id=item.thread_id,
+            interrupt=Interrupt(
+                value=decode_review(
+                    item.review.payload, item.thread_id, item.review.interrupt_id, item.review.kind
+                ),
+                id=item.review.interrupt_id,
+            ),
+            kind=item.review.kind,
+            tools=item.review.tools,
+            created_at=stored_time(
+                item.review.created_at, item.thread_id, f"pending interrupt {item.review.interrupt_id}"
+            ),
+            metadata=dict(item.metadata),
+        )
+        for item in items
+    ]
+    next_cursor = None
+    if len(items) == filter.limit and items:
+        last = items[-1]
+        key = [last.review.created_at, last.thread_id, last.review.interrupt_id]
+        if filter.order != "oldest":  # cursors of oldest-first pages keep their earlier form
+            key.append(filter.order)
+        next_cursor = base64.urlsafe_b64encode(orjson.dumps(key)).decode()
+    return InterruptPage(items=out, next_cursor=next_cursor)

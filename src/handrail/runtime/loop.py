@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from typing import Any, NamedTuple
 
-from handrail import structured_output
+from handrail import review, structured_output
+from handrail.context import PauseSignal, Runtime, TaskContext, ToolRuntime, current_task
 from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.runtime import rules
 from handrail.runtime.compat import recursion_limit, stream_metadata
-from handrail.runtime.context import PauseSignal, Runtime, TaskContext, ToolRuntime, current_task
 from handrail.runtime.effects import (
     CallHook,
     CallModel,
@@ -38,6 +38,7 @@ from handrail.runtime.events import Event
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
+from handrail.runtime.spec import AgentSpec
 from handrail.tools import ToolArgumentsError
 from handrail.types import Interrupt, RunnableConfig
 
@@ -360,12 +361,6 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             )
             buffer(env, [Event("tool_finished", {"message": message})])
             continue
-        outcome = fold.outcome_answer(call_id)
-        if outcome is not None:
-            result = rules.outcome_result(outcome, call_id, call["name"])
-            if result is not None:
-                buffer(env, [Event("tool_finished", {"message": result})])
-                continue
         tool_call = ToolCall(name=call["name"], args=call["args"], id=call_id, type="tool_call")
         tool_runtime = ToolRuntime(
             thread_id=env.thread_id,
@@ -381,8 +376,20 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         call_request = ToolCallRequest(
             tool_call=tool_call, tool=spec.tools.get(call["name"]), state=state, runtime=tool_runtime
         )
-        task = _task(env, request, fold.answers_for(call_id), None)
-        tasks.append(_tool_task(env, call_request, task))
+        outcome = _gate(spec, fold, call_request)  # rules 19-20: what the log lets this call do
+        if isinstance(outcome, review.Result):
+            buffer(env, [Event("tool_finished", {"message": outcome.message})])
+            continue
+        if isinstance(outcome, review.Ask):
+            value = spec.policies.call_request(tool_call, outcome.policy, state, runtime)
+            _pause(env, TOOLS, call_id, PauseSignal(value, 0, spec.policies.source))
+            continue
+        if outcome.edited:
+            call_request = call_request.override(
+                tool_call=outcome.call, tool=spec.tools[outcome.call["name"]]
+            )
+        task = _task(env, request, fold.answers_for(call_id, gate=spec.policies.source), None)
+        tasks.append(_tool_task(env, call_request, task, outcome))
         planned.append(call_id)
     if tasks:
         # Rule 9 in one commit for the whole step: every call that may start is on record
@@ -403,14 +410,32 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             env.send("values", fold.public_values())
 
 
-def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
+def _gate(spec: AgentSpec, fold: ThreadFold, request: ToolCallRequest) -> review.Outcome:
+    """Ask the gate what one call may do now, from the answers on this branch."""
+    call = request.tool_call
+    call_id = str(call["id"])
+    started = fold.started.get(call_id)
+    tool = spec.tools.get(call["name"])
+    return review.call_outcome(
+        spec.policies,
+        spec.tools,
+        call,
+        answer=fold.decided.get(call_id),
+        used=fold.used.get(call_id),
+        started=(started.name, started.args) if started is not None else None,
+        idempotent=started is not None and (started.idempotent or (tool is not None and tool.idempotent)),
+        request=lambda: request,
+    )
+
+
+def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext, outcome: review.Run) -> Gen:
     call_id = str(request.tool_call["id"])
     try:
         message = yield Chain(
             "wrap_tool_call",
             env.spec.tool_wrappers,
             request,
-            lambda req: _execute_tool(env, req),
+            lambda req: _execute_tool(env, req, outcome.call),
             task,
             normalise_tool_result,
         )
@@ -422,21 +447,25 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext) -> Gen:
             f"wrap_tool_call returned a ToolMessage for call {message.tool_call_id!r} while "
             f"running call {call_id!r}"
         )
+    if outcome.edited:
+        message = review.with_edit_notice(message, outcome.call, env.spec.policies.edit_notice)
     buffer(env, [Event("tool_finished", {"message": message})])
 
 
-def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
-    """The innermost tool handler: check, record the start (rule 9), run, shape the result."""
+def _execute_tool(env: Env, request: ToolCallRequest, authorized: ToolCall) -> Gen:
+    """The innermost tool handler: check, record the start (rule 9), run, shape the result.
+
+    ``authorized`` is the call the gate let run; a wrapper that hands down another call
+    of a gated tool is refused here, right before the start (rule 19).
+    """
     call = request.tool_call
     call_id = str(call["id"])
+    refused = _refused(env, request, authorized)
+    if refused is not None:
+        return refused
     tool = env.spec.tools.get(call["name"])
-    if tool is None:
-        return ToolMessage(
-            f"Error: {call['name']!r} is not a valid tool; try one of {sorted(env.spec.tools)}.",
-            tool_call_id=call_id,
-            name=call["name"],
-            status="error",
-        )
+    if tool is None:  # pragma: no cover - the gate answers a call to an unknown tool
+        raise InvalidInputError(f"call {call_id!r} names no tool of the agent")
     try:
         values = tool.validate_args(call["args"])
     except ToolArgumentsError as exc:
@@ -485,6 +514,31 @@ def _execute_tool(env: Env, request: ToolCallRequest) -> Gen:
         return ToolMessage(f"Error: {exc}", tool_call_id=call_id, name=tool.name, status="error")
 
 
+def _refused(env: Env, request: ToolCallRequest, authorized: ToolCall) -> ToolMessage | None:
+    """An error result when a wrapper changed the call the gate authorized into one it gates."""
+    call = request.tool_call
+    if call is authorized or (
+        call["name"] == authorized["name"]
+        and review.call_digest(call["name"], call["args"])
+        == review.call_digest(authorized["name"], authorized["args"])
+    ):
+        return None
+    outcome = review.call_outcome(
+        env.spec.policies, env.spec.tools, call, answer=None, request=lambda: request
+    )
+    if isinstance(outcome, review.Run):
+        return None  # a call nobody reviews: the wrapper may run it
+    if isinstance(outcome, review.Result):
+        return outcome.message
+    return ToolMessage(
+        f"Error: a wrap_tool_call middleware changed the call to {call['name']!r} after it was "
+        "reviewed; the changed call was not reviewed, so it was not run.",
+        tool_call_id=str(call["id"]),
+        name=call["name"],
+        status="error",
+    )
+
+
 def _ran(env: Env, event: Event) -> bool:
     """Whether ``event`` is the result of a tool call this run started."""
     return event.kind == "tool_finished" and event.data["message"].tool_call_id in env.ran
@@ -499,11 +553,11 @@ def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str 
         raise InvalidInputError(
             f"as_node must be one of the agent's steps {sorted(spec.plan.step_names)}, got {as_node!r}"
         )
+    if checkpoint_id is not None:  # the update is checked against the state it applies to
+        yield from _travel(env, fold, checkpoint_id)
     checked = rules.coerce_update(
         spec, values if values is not None else {}, where="update_state values", fold=fold
     )
-    if checkpoint_id is not None:
-        yield from _travel(env, fold, checkpoint_id)
     data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}
     data["next"] = None if as_node is not None else list(fold.next)
     yield Persist([Event("update", data)], flush=True, durable=True)

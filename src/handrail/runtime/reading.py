@@ -160,6 +160,8 @@ def restore_reading(spec: AgentSpec, thread_id: str, stored: StoredEvent) -> Thr
     if digest is None:  # saved before readings were sealed: checked, then not trusted
         ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq, sealed=False)
         return None
+    if isinstance(data, dict) and "decided" not in data:
+        return None  # saved before answers were bound to calls (rule 19): the log has them
     return ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq, sealed=True)
 
 

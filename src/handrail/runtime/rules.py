@@ -11,12 +11,14 @@ names the place that enforces it; each has tests citing it.
 Rule 1 - Lifecycle. The model answers; ``after_model`` hooks see its tool calls; a
     gated call makes the human-in-the-loop hook call ``interrupt()``, which saves an
     ``interrupt`` event and stops the run. A resume brings decisions; the tools step
-    runs approved and edited calls and gives rejected or answered ones a synthetic
-    result; then the model is called again.
+    asks the gate about every call (``handrail.review``) and runs approved and edited
+    calls, gives rejected or answered ones a synthetic result; then the model is called
+    again.
 Rule 2 - Batched mode: one interrupt per model turn (``human_in_the_loop.py``).
-Rule 3 - Per-call mode: one interrupt per gated call, each answered on its own; a
-    resume may answer some and leave the rest pending (:func:`target_answers`).
-Rule 4 - Decisions and their results (``human_in_the_loop.py``); every tool call ends
+Rule 3 - Per-call mode: one interrupt per gated call, raised by the tools step, each
+    answered on its own; a resume may answer some and leave the rest pending
+    (:func:`target_answers`).
+Rule 4 - Decisions and their results (``handrail.review``); every tool call ends
     with exactly one ToolMessage, in call order (the fold merges a tools step's results
     in call order when the step ends).
 Rule 5 - A resume is validated completely before anything is saved
@@ -35,14 +37,26 @@ Rule 8 - One writer per thread: every append names the head it expects, and the 
 Rule 9 - A tool call that started and never finished, whose run is no longer alive,
     is not run again silently: it becomes an ``outcome_unknown`` interrupt
     (:func:`unfinished_tool_interrupts`), unless its tool is idempotent, in which case
-    the tools step simply runs it again. A tools step saves the calls it is about to
+    the tools step simply runs it again (under the answer its start used); what its
+    answer does is the gate's (``handrail.review.call_outcome``). A tools step saves the calls it is about to
     run (``tools_planned``) in one commit before any of them acts, so a call that was
     about to start counts as started.
+Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde.py``).
 Rule 11 - Who answered is recorded with every answer: the ``resume`` event holds the
     reviewer and the channel, the store stamps its time (:func:`start_events`).
 Rule 12 - A policy's ``reviewers`` roles are checked for every answer before it is
-    validated or saved (``authority.py``, the one authorization function).
-Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde.py``).
+    validated or saved (``handrail.review.authorize``, the one authorization function);
+    an answer to the gate's own review is checked by the gate for that reviewer
+    (``handrail.review.check_answer``: an edit into another tool needs its roles too).
+Rule 19 - No input writes a decision: input, ``Command(update=...)`` and ``update_state``
+    may not write private state keys, and a ToolMessage by update may not stand in for
+    a call under review or decided and not yet run (:func:`coerce_update`). Which calls
+    run is the gate's to say, where tools run (``handrail.review``, ``loop.py``).
+Rule 20 - An update may not take a finished call's result away, which would make it due
+    again (:func:`coerce_update`); answers are used up and belong to their branch
+    (``fold.py``).
+Rule 21 - The agent a thread belongs to (its ``assistant_id`` / ``graph_id`` metadata)
+    is set by its first input and never changed by later input (:func:`start_events`).
 """
 
 from __future__ import annotations
@@ -65,20 +79,19 @@ from handrail.errors import (
     short_repr,
 )
 from handrail.messages import AIMessage, ToolMessage, coerce_messages, merge_messages_into
-from handrail.middleware.human_in_the_loop import reject_message
 from handrail.middleware.types import ResumeContext
-from handrail.runtime.authority import authorize
+from handrail.review import OUTCOME_DECISIONS, authorize, check_answer, check_outcome_decision
 from handrail.runtime.events import Event
-from handrail.runtime.fold import InterruptRecord, StartedTool, ThreadFold
+from handrail.runtime.fold import BOUND_METADATA, InterruptRecord, StartedTool, ThreadFold, pending_tool_calls
 from handrail.types import Command, Interrupt
 
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec
 
 __all__ = [
+    "BOUND_METADATA",
     "OUTCOME_DECISIONS",
     "new_interrupt_id",
-    "outcome_result",
     "start_events",
     "target_answers",
     "unfinished_tool_interrupts",
@@ -87,7 +100,6 @@ __all__ = [
 
 _ID_RE = re.compile(r"^[0-9a-f]{32}$")
 _HEXISH_RE = re.compile(r"^[0-9a-fA-F]{6,64}$")
-OUTCOME_DECISIONS = ("approve", "respond", "reject")
 
 
 def new_interrupt_id() -> str:
@@ -164,53 +176,6 @@ def unfinished_tool_interrupts(
             )
         )
     return events, None
-
-
-def outcome_result(answer: Mapping[str, Any], record_task: str, name: str) -> ToolMessage | None:
-    """What an answered ``outcome_unknown`` interrupt leaves: a result, or None to re-run.
-
-    Total over every answer a store may hold (an older handrail saved ``respond`` with an
-    empty message without it): a saved answer never leaves a thread that cannot move.
-    """
-    kind = answer.get("type")
-    if kind == "respond":
-        message = answer.get("message")
-        return ToolMessage(message if isinstance(message, str) else "", tool_call_id=record_task, name=name)
-    if kind == "reject":
-        reason = answer.get("message")
-        return ToolMessage(
-            reject_message(name, record_task, reason if isinstance(reason, str) else None),
-            tool_call_id=record_task,
-            name=name,
-            status="error",
-        )
-    return None
-
-
-def _validate_outcome_decision(answer: Any) -> dict[str, Any]:
-    if isinstance(answer, Mapping) and "decisions" in answer and "type" not in answer:
-        decisions = answer["decisions"]
-        if isinstance(decisions, list) and len(decisions) == 1:
-            answer = decisions[0]
-    if not isinstance(answer, Mapping) or answer.get("type") not in OUTCOME_DECISIONS:
-        raise InvalidDecisionError(
-            "an outcome_unknown interrupt is answered by one decision: {'type': 'approve'} "
-            "(run it again), {'type': 'respond', 'message': result} or {'type': 'reject'}"
-        )
-    kind = answer["type"]
-    unexpected = sorted(str(key) for key in set(answer) - {"type", "message"})
-    if unexpected:
-        raise InvalidDecisionError(f"the decision ({kind}) has unexpected key(s) {short_repr(unexpected)}")
-    message = answer.get("message")
-    if kind == "respond" and not isinstance(message, str):
-        raise InvalidDecisionError("the decision (respond) needs a string 'message': the tool's result")
-    if message is not None and not isinstance(message, str):
-        raise InvalidDecisionError(f"the decision ({kind}) 'message' must be a string")
-    if kind == "approve":
-        return {"type": "approve"}
-    if kind == "respond":
-        return {"type": "respond", "message": message}  # an empty result is a result
-    return {"type": kind, "message": message} if message else {"type": kind}
 
 
 # Rules 3, 5 and 8: which interrupts a resume answers, and whether the answers are valid
@@ -330,11 +295,18 @@ def _hexish(key: Any) -> bool:
     return isinstance(key, str) and bool(_HEXISH_RE.match(key))
 
 
-def validate_answer(spec: AgentSpec, fold: ThreadFold, record: InterruptRecord, answer: Any) -> Any:
-    """Check one answer with the validator of whoever raised the interrupt (rule 5)."""
+def validate_answer(
+    spec: AgentSpec, fold: ThreadFold, record: InterruptRecord, answer: Any, reviewer: Any = None
+) -> Any:
+    """Check one answer (rule 5): the gate's reviews by the gate, for this ``reviewer``
+    (an edit into another tool needs its roles too), others by whoever raised them."""
     try:
         if record.kind == "outcome_unknown":
-            return _validate_outcome_decision(answer)
+            return check_outcome_decision(answer)
+        if record.source is not None and record.source == spec.policies.source:
+            return check_answer(
+                spec.policies, record.value, answer, reviewer=reviewer, interrupt_id=record.id
+            )
         owner = spec.middleware_by_name.get(record.source or "")
         if owner is None:
             return answer
@@ -389,13 +361,18 @@ def start_events(
     if isinstance(run_input, Command):
         events: list[Event] = []
         if run_input.update is not None:
-            values = coerce_update(spec, run_input.update, where="Command.update", fold=fold)
-            if "messages" in values and run_input.resume is not None and pending:
+            if (
+                isinstance(run_input.update, Mapping)
+                and "messages" in run_input.update
+                and run_input.resume is not None
+                and pending
+            ):
                 raise InvalidDecisionError(
                     "Command(update=..., resume=...) may not change messages: the answer was given for "
                     "the conversation as it was. Change messages with update_state (the paused step "
                     "then asks again), or send the update without resume"
                 )
+            values = coerce_update(spec, run_input.update, where="Command.update", fold=fold)
             # Changing the conversation makes pending questions stale, as update_state does.
             supersede = "messages" in values
             events.append(
@@ -408,10 +385,10 @@ def start_events(
         if run_input.resume is not None:
             answers = target_answers(fold, pending, run_input.resume)
             for interrupt_id in answers:  # rule 12, before rule 5: a refused reviewer learns nothing more
-                authorize(spec, interrupt_id, pending[interrupt_id].value, reviewer)
+                authorize(spec.policies, interrupt_id, pending[interrupt_id].value, reviewer)
             checked = {
                 interrupt_id: validate_answer(
-                    spec, fold, pending[interrupt_id], as_stored(fold, interrupt_id, answer)
+                    spec, fold, pending[interrupt_id], as_stored(fold, interrupt_id, answer), reviewer
                 )
                 for interrupt_id, answer in answers.items()
             }
@@ -441,9 +418,32 @@ def start_events(
         )
     values = coerce_update(spec, run_input, where="input")
     data: dict[str, Any] = {"values": values, "next": list(spec.plan.start())}
-    if metadata:
-        data["metadata"] = dict(metadata)
+    bound = _binding(spec, fold, metadata)
+    if bound:
+        data["metadata"] = bound
     return [*recovered, Event("input", data)]
+
+
+def _binding(spec: AgentSpec, fold: ThreadFold, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The input's metadata, with the agent the thread belongs to set once (rule 21).
+
+    A thread's first input names its agent: the caller's ``assistant_id`` (the service
+    gives the assistant it runs), else the agent's ``name``; later input may repeat it,
+    never change it.
+    """
+    out = dict(metadata or {})
+    if fold.head_seq == 0:
+        if "assistant_id" not in out and spec.name:
+            out["assistant_id"] = spec.name
+        return out
+    for key in BOUND_METADATA:
+        if key in out and out[key] != fold.metadata.get(key):
+            now = repr(fold.metadata[key]) if key in fold.metadata else "none (it was created without one)"
+            raise InvalidInputError(
+                f"thread {fold.thread_id!r} belongs to {key} {now}; input may not change it (to "
+                f"{short_repr(out[key])}): the agent a thread belongs to is set when it is created"
+            )
+    return out
 
 
 def coerce_update(
@@ -456,6 +456,12 @@ def coerce_update(
     """
     if not isinstance(values, Mapping):
         raise InvalidInputError(f"{where} must be a dict of state keys, got {type(values).__name__}")
+    private = sorted(str(key) for key in values if not isinstance(key, str) or key.startswith("_"))
+    if private:
+        raise InvalidInputError(
+            f"{where} may not write private state key(s) {private}: they belong to the agent's "
+            "middleware (and no decision lives in the state: answers are events in the log)"
+        )
     unknown = sorted(key for key in values if key not in spec.state_keys)
     if unknown:
         public = sorted(key for key in spec.state_keys if not key.startswith("_"))
@@ -468,13 +474,74 @@ def coerce_update(
             raise InvalidInputError(str(exc)) from None
         out["messages"] = [m if m.id is not None else _with_id(m) for m in coerced]
         if fold is not None:
-            _check_tool_results_follow_calls(fold, out["messages"], where)
+            messages = list(fold.messages)
+            merge_messages_into(messages, {m.id: i for i, m in enumerate(messages) if m.id}, out["messages"])
+            _check_tool_results_follow_calls(messages, where)
+            _check_results_by_update(fold, out["messages"], where)
+            _check_results_stay(fold, messages, where)
     return out
 
 
-def _check_tool_results_follow_calls(fold: ThreadFold, update: list[Any], where: str) -> None:
-    messages = list(fold.messages)
-    merge_messages_into(messages, {m.id: i for i, m in enumerate(messages) if m.id}, update)
+def _check_results_by_update(fold: ThreadFold, update: list[Any], where: str) -> None:
+    """Rule 19: a ToolMessage by update may not stand in for a call the gate holds: one
+    under review, or one a reviewer decided that has not run yet."""
+    _, calls = fold.pending_calls()
+    due = {str(call.get("id")) for call in calls}
+    held = _calls_under_review(fold)
+    for message in update:
+        if not isinstance(message, ToolMessage) or message.tool_call_id not in due:
+            continue
+        call_id = message.tool_call_id
+        if call_id in held:
+            raise InvalidInputError(
+                f"{where} gives a result for tool call {call_id!r}, which is waiting for review "
+                f"(interrupt {held[call_id]}); answer the review instead (a 'respond' decision "
+                "gives the call a result)"
+            )
+        if call_id in fold.decided or call_id in fold.used:
+            raise InvalidInputError(
+                f"{where} gives a result for tool call {call_id!r}, which a reviewer has decided and "
+                "which has not run yet; the decision is carried out by the next run"
+            )
+
+
+def _calls_under_review(fold: ThreadFold) -> dict[str, str]:
+    """The tool call ids the pending reviews ask about, and the review asking."""
+    held: dict[str, str] = {}
+    for record in fold.pending.values():
+        value = record.value
+        if isinstance(value, Mapping):
+            requests = value.get("action_requests")
+            if isinstance(requests, list):
+                for request in requests:
+                    if isinstance(request, Mapping) and isinstance(request.get("tool_call_id"), str):
+                        held.setdefault(request["tool_call_id"], record.id)
+            elif isinstance(value.get("tool_call_id"), str):
+                held.setdefault(value["tool_call_id"], record.id)
+        if record.step == "tools":
+            held.setdefault(record.task, record.id)
+    return held
+
+
+def _check_results_stay(fold: ThreadFold, messages: list[Any], where: str) -> None:
+    """Rule 20: a call that has its result is never due again on its branch, so an update
+    may not take a result away (remove it, or the messages after its call)."""
+    ai, calls = pending_tool_calls(messages)
+    position = fold.position_of(ai.id) if ai is not None and ai.id is not None else None
+    if position is None:
+        return
+    before = fold.messages
+    finished = {m.tool_call_id for m in before[position + 1 :] if isinstance(m, ToolMessage)}
+    again = [str(call.get("id")) for call in calls if call.get("id") in finished]
+    if again:
+        raise InvalidInputError(
+            f"{where} would make tool call(s) {', '.join(again)} due again, but they already have "
+            "their results; a call that finished never runs again on its thread (fork from an "
+            "earlier checkpoint to run it again, with a new review)"
+        )
+
+
+def _check_tool_results_follow_calls(messages: list[Any], where: str) -> None:
     last_ai = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=None)
     if last_ai is None:
         return

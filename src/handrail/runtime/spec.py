@@ -13,6 +13,7 @@ from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import ConfigurationError
 from handrail.middleware.types import AgentMiddleware, hook_is_defined
 from handrail.models.base import ChatModel
+from handrail.review import NO_POLICIES, Policies
 from handrail.runtime.fold import Reducer, ThreadFold
 from handrail.runtime.plan import Plan
 from handrail.tools import Tool
@@ -91,6 +92,7 @@ class AgentSpec:
     state_keys: frozenset[str] = field(init=False)
     tool_wrappers: list[AgentMiddleware] = field(init=False)
     model_wrappers: list[AgentMiddleware] = field(init=False)
+    policies: Policies = field(init=False)  # the review gate's (``handrail.review``)
     cache: FoldCache = field(default_factory=FoldCache)
 
     def __post_init__(self) -> None:
@@ -105,12 +107,28 @@ class AgentSpec:
             schema_keys, schema_reducers = state_schema_of(middleware)
             keys |= schema_keys
             reducers.update(schema_reducers)
-        keys.add("_hitl_decisions")
         keys.add("structured_response")
         self.reducers = reducers
         self.state_keys = frozenset(keys)
         self.tool_wrappers = [m for m in self.middleware if any(hook_is_defined(m, "wrap_tool_call"))]
         self.model_wrappers = [m for m in self.middleware if any(hook_is_defined(m, "wrap_model_call"))]
+        self.policies = review_policies_of(self.middleware, self.tools)
+
+
+def review_policies_of(middleware: Sequence[AgentMiddleware], tools: dict[str, Tool]) -> Policies:
+    """The review policies of the agent's gate: the one middleware that holds them."""
+    gates = [(m, p) for m in middleware if (p := m.review_policies()) is not None]
+    if len(gates) > 1:
+        raise ConfigurationError(
+            f"an agent has one review gate, but {[m.name for m, _ in gates]} each hold review "
+            "policies; put every tool's policy in one HumanInTheLoopMiddleware"
+        )
+    if not gates:
+        return NO_POLICIES
+    policies = gates[0][1]
+    if not policies.tools:
+        policies.bind(tools)
+    return policies
 
 
 def state_schema_of(middleware: AgentMiddleware) -> tuple[set[str], dict[str, Reducer]]:

@@ -9,7 +9,7 @@ that reconnects with ``Last-Event-ID`` (or ``?after=ID``) gets what it missed, i
 
 ``review.requested``  a run paused for review: ``{"thread_id", "interrupt_id", "kind",
                       "tools", "value"}`` - only to callers who may decide it
-                      (``authority.refusal``, SPEC rule 12)
+                      (``Agent.may_decide``, SPEC rule 12)
 ``review.decided``    an answer was recorded: ``{"thread_id", "interrupt_id",
                       "reviewer", "channel"}``
 ``run.finished``      a run ended: ``{"thread_id", "run_id", "status"}`` (``success`` or
@@ -35,7 +35,6 @@ from starlette.responses import StreamingResponse
 
 from handrail.checkpoint.base import BaseCheckpointSaver, FeedEntry
 from handrail.errors import SerializationError
-from handrail.runtime.authority import refusal
 from handrail.runtime.events import decode_notice as read_notice
 from handrail.server.auth import caller
 from handrail.server.problems import Problem, documented
@@ -155,7 +154,7 @@ class LiveFeed:
             return None  # a damaged notice tells nothing; the thread's own log is the truth
         if entry.kind == "review.requested":
             agent = self.service.agents.get(await self.assistant_of(entry.thread_id))
-            if agent is None or refusal(agent._spec, data.get("value"), credential.reviewer) is not None:
+            if agent is None or not agent.may_decide(data.get("value"), credential.reviewer):
                 return None
         body = orjson.dumps({"thread_id": entry.thread_id, **to_wire(data)}, default=str)
         return b"id: %s\nevent: %s\ndata: %s\n\n" % (entry.cursor.encode(), entry.kind.encode(), body)

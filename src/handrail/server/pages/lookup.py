@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handrail.agent import Agent
-from handrail.runtime.authority import refusal, reviewer_id
+from handrail.review import reviewer_id
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
@@ -140,7 +140,7 @@ async def find_review(service: Service, thread_id: str, interrupt_id: str) -> Re
 
 def refused(agent: Agent, value: Any, credential: Credential) -> str | None:
     """Why ``credential`` may not decide a review asking ``value`` (SPEC rule 12), or None."""
-    return refusal(agent._spec, value, credential.reviewer)
+    return agent.refusal(value, credential.reviewer)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from handrail.runtime.authority import reviewer_id, roles_required
+from handrail.review import reviewer_id
 from handrail.server.pages.lookup import answer_verb, refused
 from handrail.server.pages.markup import summary
 from handrail.server.pages.render import html, path_part, render, secure, service_of, visitor
@@ -83,7 +83,7 @@ async def thread_page(request: Request, thread_id: str) -> Response:
     for interrupt in state.interrupts:
         shape = read_shape(interrupt.value, agent)
         allowed = refused(agent, interrupt.value, me.credential) is None
-        roles = sorted({r for _, roles in roles_required(agent._spec, interrupt.value) for r in roles})
+        roles = agent.roles_for(interrupt.value)
         pending.append(
             {
                 "tools": shape.tools,
