@@ -101,6 +101,23 @@ class ToolRuntime(Runtime[ContextT], Generic[ContextT, StateT]):
     tool_call_id: str = ""
     state: StateT = field(default_factory=dict)  # type: ignore[assignment]
 
+    @classmethod
+    def of_call(
+        cls, runtime: Runtime[Any], tool_call_id: str, state: Any, *, step: str | None = None
+    ) -> ToolRuntime[Any, Any]:
+        """The runtime a call of a run sees: ``runtime``'s, with the call's id and state."""
+        return cls(
+            thread_id=runtime.thread_id,
+            config=runtime.config,
+            context=runtime.context,
+            store=runtime.store,
+            stream_writer=runtime.stream_writer,
+            reviewer=runtime.reviewer,
+            step=runtime.step if step is None else step,
+            tool_call_id=tool_call_id,
+            state=state,
+        )
+
     if not TYPE_CHECKING:
 
         def __class_getitem__(cls, params):

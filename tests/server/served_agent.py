@@ -4,10 +4,15 @@
 build it in-process. ``execute_sql`` is reviewed by the ``dba`` role only; ``write_file``
 by anyone. A user message ``"write NAME"`` makes it propose ``write_file`` instead, ``"block PATH"``
 an unreviewed call that waits for a file (to kill a service in the middle of a tool).
+
+Every real execution is recorded in ``RAN`` and, when ``HANDRAIL_TEST_LEDGER`` names a
+file, as a JSON line there too: a test of a ``handrail serve`` process reads what ran.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,15 +29,24 @@ from handrail import (
 RAN: list[tuple[str, dict[str, Any]]] = []
 
 
+def ran(name: str, args: dict[str, Any]) -> None:
+    """Record one real execution of a tool."""
+    RAN.append((name, args))
+    ledger = os.environ.get("HANDRAIL_TEST_LEDGER")
+    if ledger:
+        with open(ledger, "a") as file:
+            file.write(json.dumps([name, args]) + "\n")
+
+
 def execute_sql(query: str) -> str:
     """Run a SQL statement."""
-    RAN.append(("execute_sql", {"query": query}))
+    ran("execute_sql", {"query": query})
     return f"ran {query}"
 
 
 def write_file(path: str, content: str) -> str:
     """Write a file."""
-    RAN.append(("write_file", {"path": path, "content": content}))
+    ran("write_file", {"path": path, "content": content})
     return f"wrote {path}"
 
 
@@ -42,7 +56,7 @@ def block(path: str) -> str:
     deadline = time.monotonic() + 120
     while not Path(path + ".go").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    RAN.append(("block", {"path": path}))
+    ran("block", {"path": path})
     return f"unblocked {path}"
 
 

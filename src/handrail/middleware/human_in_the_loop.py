@@ -195,17 +195,7 @@ class HumanInTheLoopMiddleware(AgentMiddleware):
             tool_call=call,
             tool=self._gate.tools.get(call["name"]),
             state=state,
-            runtime=ToolRuntime(
-                thread_id=runtime.thread_id,
-                config=runtime.config,
-                context=runtime.context,
-                store=runtime.store,
-                stream_writer=runtime.stream_writer,
-                reviewer=runtime.reviewer,
-                step=runtime.step,
-                tool_call_id=str(call["id"]),
-                state=state,
-            ),
+            runtime=ToolRuntime.of_call(runtime, str(call["id"]), state),
         )
 
     # Validation (SPEC rule 5) --------------------------------------------------------

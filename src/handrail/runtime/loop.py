@@ -362,17 +362,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             buffer(env, [Event("tool_finished", {"message": message})])
             continue
         tool_call = ToolCall(name=call["name"], args=call["args"], id=call_id, type="tool_call")
-        tool_runtime = ToolRuntime(
-            thread_id=env.thread_id,
-            config=request.config,
-            context=runtime.context,
-            store=runtime.store,
-            stream_writer=runtime.stream_writer,
-            reviewer=runtime.reviewer,
-            step=TOOLS,
-            tool_call_id=call_id,
-            state=state,
-        )
+        tool_runtime = ToolRuntime.of_call(runtime, call_id, state, step=TOOLS)
         call_request = ToolCallRequest(
             tool_call=tool_call, tool=spec.tools.get(call["name"]), state=state, runtime=tool_runtime
         )
@@ -381,7 +371,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             buffer(env, [Event("tool_finished", {"message": outcome.message})])
             continue
         if isinstance(outcome, review.Ask):
-            value = spec.policies.call_request(tool_call, outcome.policy, state, runtime)
+            value = spec.policies.call_request(tool_call, outcome.policy, state, tool_runtime)
             _pause(env, TOOLS, call_id, PauseSignal(value, 0, spec.policies.source))
             continue
         if outcome.edited:
