@@ -4,17 +4,112 @@
 name, the content, the tool calls), so printed transcripts read the same after a port.
 ``content_blocks`` gives the content as a list of typed blocks (``text``, ``reasoning``,
 ``image``, ``tool_call``, ...), anything unknown wrapped as ``non_standard``.
+
+:func:`visible` is the rule for putting untrusted text (model output, tool arguments,
+tool results, names typed by reviewers) on a terminal: control characters and the
+invisible formatting characters are shown as escapes (``\\x1b``, ``\\u202e``) instead
+of being written raw, so a value cannot send the terminal an escape sequence (colours, a
+cursor move, an OSC 52 clipboard write, a hyperlink), hide part of itself or reorder
+what the reader sees. It covers everything the web pages mark
+(``handrail.server.pages.markup.HIDDEN``) and, for a terminal, carriage returns and a
+few more. ``pretty_repr``, the review CLI and ``handrail demo`` print through it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from handrail.messages import BaseMessage
 
-__all__ = ["content_blocks", "pretty_repr"]
+__all__ = [
+    "ONE_LINE_HIDDEN",
+    "TERMINAL_HIDDEN",
+    "content_blocks",
+    "escape_char",
+    "pretty_repr",
+    "visible",
+    "visible_json",
+]
+
+_HIDDEN_SET = (
+    # C0 controls but tab, newline and carriage return (below), DEL and the C1 controls
+    # (CSI is U+009B, OSC U+009D)
+    "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+    # soft hyphen, Arabic letter mark, Mongolian vowel separator
+    "\u00ad\u061c\u180e"
+    # zero-width space / non-joiner / joiner, LRM, RLM, line and paragraph separators,
+    # the bidi embeddings and overrides (LRE, RLE, PDF, LRO, RLO)
+    "\u200b-\u200f\u2028-\u202e"
+    # word joiner, invisible operators, the bidi isolates (LRI, RLI, FSI, PDI), deprecated formats
+    "\u2060-\u2064\u2066-\u206f"
+    # byte order mark / zero-width no-break space, interlinear annotations, Unicode tag characters
+    "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
+)
+TERMINAL_HIDDEN = re.compile(f"[{_HIDDEN_SET}]|\r(?!\n)")
+"""What :func:`visible` escapes in text shown on several lines (newlines and tabs stay;
+a carriage return stays only before a newline, where it moves nothing)."""
+ONE_LINE_HIDDEN = re.compile(f"[{_HIDDEN_SET}\t\n\r]")
+"""What :func:`visible` escapes in a value kept on one line: the same, and tabs and line breaks."""
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def escape_char(char: str) -> str:
+    r"""One character as a visible escape: ``\t``, ``\n``, ``\r``, else ``\x1b``, ``\u202e``, ``\U000e0041``.
+
+    >>> escape_char("\x1b"), escape_char("\u202e"), escape_char("\n")
+    ('\\x1b', '\\u202e', '\\n')
+    """
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def visible(text: object, *, newlines: bool = False) -> str:
+    r"""``text`` with control and invisible formatting characters shown as escapes.
+
+    With ``newlines`` (a value shown on several lines on purpose) newlines and tabs are
+    kept; without, they are escaped too, so the value stays on one line. None is shown
+    as an empty text.
+
+    >>> visible("ok\x1b[31m \u202egnp.exe")
+    'ok\\x1b[31m \\u202egnp.exe'
+    >>> visible("two\nlines", newlines=True), visible("two\nlines")
+    ('two\nlines', 'two\\nlines')
+    """
+    shown = "" if text is None else str(text)
+    rule = TERMINAL_HIDDEN if newlines else ONE_LINE_HIDDEN
+    return rule.sub(lambda found: escape_char(found.group()), shown)
+
+
+def visible_json(text: str) -> str:
+    r"""JSON text with its hidden characters written as JSON escapes: the same JSON, readable.
+
+    Outside its strings JSON text holds only ASCII letters, digits, punctuation, spaces
+    and newlines, so only characters inside strings change (U+202E becomes ``\u202e``);
+    a JSON encoder has already escaped the C0 controls.
+
+    >>> visible_json('{"a": "x\u202ey"}')
+    '{"a": "x\\u202ey"}'
+    """
+    return TERMINAL_HIDDEN.sub(lambda found: _json_escape(found.group()), text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # beyond the BMP JSON writes a surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
 
 KNOWN_BLOCK_TYPES = frozenset(
     {
@@ -43,11 +138,16 @@ def _title(title: str) -> str:
 
 
 def pretty_repr(message: BaseMessage) -> str:
-    """The message as LangChain prints it."""
+    """The message as LangChain prints it, control and invisible characters shown as escapes.
+
+    Text from the model or a tool may hold terminal escape sequences or bidirectional
+    overrides; they are shown as :func:`visible` shows them, never written raw. Plain
+    text, newlines included, reads exactly as LangChain prints it.
+    """
     title = _title(message.type.title() + " Message")
     if message.name is not None:
-        title += f"\nName: {message.name}"
-    text = f"{title}\n\n{message.content}"
+        title += f"\nName: {visible(message.name)}"
+    text = f"{title}\n\n{visible(message.content, newlines=True)}"
     calls = list(getattr(message, "tool_calls", ()) or ())
     invalid = list(getattr(message, "invalid_tool_calls", ()) or ())
     if not calls and not invalid:
@@ -58,15 +158,18 @@ def pretty_repr(message: BaseMessage) -> str:
             continue
         lines.append(heading)
         for call in items:
-            lines += [f"  {call.get('name', 'Tool')} ({call.get('id')})", f" Call ID: {call.get('id')}"]
+            name, call_id = visible(call.get("name", "Tool")), visible(str(call.get("id")))
+            lines += [f"  {name} ({call_id})", f" Call ID: {call_id}"]
             if call.get("error"):
-                lines.append(f"  Error: {call.get('error')}")
+                lines.append(f"  Error: {visible(call.get('error'), newlines=True)}")
             lines.append("  Args:")
             args = call.get("args")
             if isinstance(args, str):
-                lines.append(f"    {args}")
+                lines.append(f"    {visible(args, newlines=True)}")
             elif isinstance(args, Mapping):
-                lines += [f"    {key}: {value}" for key, value in args.items()]
+                lines += [
+                    f"    {visible(key)}: {visible(value, newlines=True)}" for key, value in args.items()
+                ]
     return (text.strip() + "\n" + "\n".join(lines)).strip()
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from handrail import review
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    ClaimFilter,
     PendingOrder,
     ThreadFilter,
     ThreadRecord,
@@ -174,6 +175,24 @@ class Agent:
             _compat_agent.merge_configs(self._bound_config, config), kwargs
         )
         return bound
+
+    def with_checkpointer(self, checkpointer: BaseCheckpointSaver) -> Agent:
+        """The same agent keeping its threads in ``checkpointer`` (with a cache of its own).
+
+        Example: ``handrail serve`` runs every served agent on the store its flags name,
+        ``agent.with_checkpointer(AsyncPostgresSaver.from_conn_string(dsn))``.
+        """
+        if not isinstance(checkpointer, BaseCheckpointSaver):
+            raise ConfigurationError(
+                f"checkpointer must be a saver such as InMemorySaver(), got {type(checkpointer).__name__}"
+            )
+        from dataclasses import replace
+
+        from handrail.runtime.spec import FoldCache
+
+        moved = Agent(replace(self._spec, store=checkpointer, cache=FoldCache()))
+        moved._bound_config = self._bound_config
+        return moved
 
     def get_graph(self, config: RunnableConfig | None = None, *, xray: Any = False) -> Any:
         """The agent's steps as a graph: ``agent.get_graph().draw_mermaid()``."""
@@ -593,7 +612,10 @@ class Agent:
         env, configurable = self._reader(config)
         try:
             result: RunnableConfig = drive_sync(
-                loop.update_state(env, configurable.get("checkpoint_id"), values, as_node), env
+                loop.update_state(
+                    env, configurable.get("checkpoint_id"), values, as_node, *_caller(configurable)
+                ),
+                env,
             )
             return result
         finally:
@@ -607,7 +629,10 @@ class Agent:
         env, configurable = self._reader(config)
         try:
             result: RunnableConfig = await drive_async(
-                loop.update_state(env, configurable.get("checkpoint_id"), values, as_node), env
+                loop.update_state(
+                    env, configurable.get("checkpoint_id"), values, as_node, *_caller(configurable)
+                ),
+                env,
             )
             return result
         finally:
@@ -627,6 +652,7 @@ class Agent:
         cursor: str | None = None,
         reviewer: Any = None,
         order: PendingOrder = "oldest",
+        owners: ClaimFilter | None = None,
     ) -> InterruptPage:
         """Pending interrupts across all threads, oldest first: the reviewers' inbox.
 
@@ -635,6 +661,9 @@ class Agent:
         ``"outcome_unknown"``). With ``reviewer`` (``{"id", "roles"}``), only what that
         reviewer may decide (SPEC rule 12). ``order="newest"`` lists the newest first.
         Pages hold ``limit`` items; pass ``next_cursor`` on, with the same ``order``.
+        ``owners`` (a :class:`~handrail.checkpoint.base.ClaimFilter`) keeps only the
+        threads of some agents: ``ClaimFilter("assistant_id", ("sql",), or_missing=True)``
+        lists the threads bound to ``sql`` and those bound to no agent (SPEC rule 21).
 
         Example::
 
@@ -642,7 +671,9 @@ class Agent:
             more = agent.list_interrupts(order="newest", limit=20, cursor=page.next_cursor)
         """
         store = self._store_or_raise()
-        filter = inbox.pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
+        filter = inbox.pending_filter(
+            tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners=owners
+        )
         if reviewer is None:
             return inbox.page_of(store.list_pending(filter), filter)
         env = Env(self._spec, store, "")
@@ -660,10 +691,13 @@ class Agent:
         cursor: str | None = None,
         reviewer: Any = None,
         order: PendingOrder = "oldest",
+        owners: ClaimFilter | None = None,
     ) -> InterruptPage:
         """Async :meth:`list_interrupts`."""
         store = self._store_or_raise()
-        filter = inbox.pending_filter(tool, thread_id, older_than, metadata, kind, limit, cursor, order)
+        filter = inbox.pending_filter(
+            tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners=owners
+        )
         if reviewer is None:
             return inbox.page_of(await store.alist_pending(filter), filter)
         env = Env(self._spec, store, "")
@@ -679,19 +713,21 @@ class Agent:
         updated_before: datetime | float | None = None,
         limit: int = 100,
         offset: int = 0,
+        owners: ClaimFilter | None = None,
     ) -> list[ThreadRecord]:
         """The store's threads, most recently updated first.
 
         Filter by thread ``metadata`` (a subset match), ``status`` (``"idle"``,
-        ``"running"`` or ``"interrupted"``) and last update time (datetimes, or epoch
-        seconds).
+        ``"running"`` or ``"interrupted"``), last update time (datetimes, or epoch
+        seconds) and ``owners``, the agents the threads belong to (as in
+        :meth:`list_interrupts`).
 
         Example::
 
             stale = agent.list_threads(status="interrupted", updated_before=datetime(2026, 11, 1, tzinfo=UTC))
         """
         return self._store_or_raise().list_threads(
-            inbox.thread_filter(metadata, status, updated_after, updated_before, limit, offset)
+            inbox.thread_filter(metadata, status, updated_after, updated_before, limit, offset, owners)
         )
 
     async def alist_threads(
@@ -703,10 +739,11 @@ class Agent:
         updated_before: datetime | float | None = None,
         limit: int = 100,
         offset: int = 0,
+        owners: ClaimFilter | None = None,
     ) -> list[ThreadRecord]:
         """Async :meth:`list_threads`."""
         return await self._store_or_raise().alist_threads(
-            inbox.thread_filter(metadata, status, updated_after, updated_before, limit, offset)
+            inbox.thread_filter(metadata, status, updated_after, updated_before, limit, offset, owners)
         )
 
     def prune_thread(self, thread_id: str, *, keep_last: int = 20) -> int:
@@ -753,11 +790,13 @@ class Agent:
         until: datetime | float | None = None,
         metadata: Mapping[str, Any] | None = None,
         limit: int = 1000,
+        owners: ClaimFilter | None = None,
     ) -> list[AuditEntry]:
         """The audit trail across threads: every request, answer and tool run, oldest first.
 
         ``since``/``until`` (aware datetimes or epoch seconds) bound the entries' times,
-        ``metadata`` picks the threads (a subset match), ``limit`` caps the entries (the
+        ``metadata`` picks the threads (a subset match), ``owners`` the agents they
+        belong to (as in :meth:`list_interrupts`), ``limit`` caps the entries (the
         oldest are kept). Each thread updated since ``since`` is read from its log.
 
         Example::
@@ -765,7 +804,7 @@ class Agent:
             for entry in agent.audit(since=datetime.now(UTC) - timedelta(days=1)):
                 print(entry.at, entry.thread_id, entry.event, entry.reviewer)
         """
-        env, args = self._audit_args(since, until, metadata, limit)
+        env, args = self._audit_args(since, until, metadata, limit, owners)
         entries: list[AuditEntry] = drive_sync(maintenance.audit_across(env, *args), env)
         return entries
 
@@ -776,9 +815,10 @@ class Agent:
         until: datetime | float | None = None,
         metadata: Mapping[str, Any] | None = None,
         limit: int = 1000,
+        owners: ClaimFilter | None = None,
     ) -> list[AuditEntry]:
         """Async :meth:`audit`."""
-        env, args = self._audit_args(since, until, metadata, limit)
+        env, args = self._audit_args(since, until, metadata, limit, owners)
         entries: list[AuditEntry] = await drive_async(maintenance.audit_across(env, *args), env)
         return entries
 
@@ -788,10 +828,11 @@ class Agent:
         until: datetime | float | None,
         metadata: Mapping[str, Any] | None,
         limit: int,
+        owners: ClaimFilter | None,
     ) -> tuple[Env, tuple[ThreadFilter, float | None, float | None, int]]:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000:
             raise InvalidInputError(f"limit must be an integer from 1 to 100000, got {limit!r}")
-        window = inbox.thread_filter(metadata, None, since, until, 1, 0)
+        window = inbox.thread_filter(metadata, None, since, until, 1, 0, owners)
         return Env(self._spec, self._store_or_raise(), ""), (
             window,
             window.updated_after,
@@ -799,7 +840,7 @@ class Agent:
             limit,
         )
 
-    def verify_audit(self, config: RunnableConfig) -> AuditVerification:
+    def verify_audit(self, config: RunnableConfig, *, expect_head: str | None = None) -> AuditVerification:
         """Check a thread's whole log against its hash chain (SPEC rule 18).
 
         Every stored record carries a hash over its content and the hash of the record
@@ -807,15 +848,30 @@ class Agent:
         found: the report names the first record that does not match, and how. Loading
         a thread checks the same chain and raises ``SerializationError``; this reports
         instead of raising.
+
+        The report's ``head_hash`` vouches for the whole log. A chain cannot see records
+        cut from its own end, so keep ``head_hash`` where the database's writers cannot
+        change it, and pass it back as ``expect_head``: the report is then ``ok`` only if
+        the log still ends at that head, and otherwise says whether the log goes on past
+        it or does not hold it at all (cut at its end, or rewritten). A malformed
+        ``expect_head`` raises ``InvalidInputError`` (a ``ValueError``).
         """
+        from handrail.checkpoint.integrity import read_head
+
+        expected = read_head(expect_head) if expect_head is not None else None
         env, _ = self._reader(config)
-        report: AuditVerification = drive_sync(maintenance.verify_audit(env), env)
+        report: AuditVerification = drive_sync(maintenance.verify_audit(env, expected), env)
         return report
 
-    async def averify_audit(self, config: RunnableConfig) -> AuditVerification:
+    async def averify_audit(
+        self, config: RunnableConfig, *, expect_head: str | None = None
+    ) -> AuditVerification:
         """Async :meth:`verify_audit`."""
+        from handrail.checkpoint.integrity import read_head
+
+        expected = read_head(expect_head) if expect_head is not None else None
         env, _ = self._reader(config)
-        report: AuditVerification = await drive_async(maintenance.verify_audit(env), env)
+        report: AuditVerification = await drive_async(maintenance.verify_audit(env, expected), env)
         return report
 
     def delete_thread(self, thread_id: str) -> bool:
@@ -916,6 +972,14 @@ def _reviewer(value: Any) -> Any:
     raise ConfigurationError(
         f"reviewer must be a string id or {{'id': str, 'roles': [str, ...]}}, got {value!r}"
     )
+
+
+def _caller(configurable: Mapping[str, Any]) -> tuple[Any, str]:
+    """Who makes a change, and through which channel, from a config (SPEC rule 21)."""
+    channel = configurable.get("channel", "python")
+    if not isinstance(channel, str) or not channel:
+        raise ConfigurationError("config['configurable']['channel'] must be a non-empty string")
+    return _reviewer(configurable.get("reviewer")), channel
 
 
 def _decision(env: Env, request: loop.RunRequest, interrupt_id: str) -> Decision:

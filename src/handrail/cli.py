@@ -21,6 +21,11 @@ Subcommands:
 A mistake on the command line ends with one line on stderr and exit code 2; a problem
 found while running (an unknown thread, a store that cannot be opened) with one line
 and exit code 1; Ctrl-C with a short message and exit code 130.
+
+Everything is printed through :func:`handrail.terminal.safe_console`: a control or
+invisible formatting character in a value (a thread id, a tool's arguments, a model's
+message, an error that quotes them) reaches the terminal as an escape such as ``\\x1b``
+or ``\\u202e``, never raw.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from rich.console import Console
-from rich.markup import escape
 
 from handrail import __version__, review_cli
 from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
@@ -47,6 +51,7 @@ from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
 from handrail.server import commands as service_commands
+from handrail.terminal import safe_console, safe_markup
 
 __all__ = ["DEFAULT_DB", "main"]
 
@@ -54,6 +59,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 DEFAULT_DB = Path("handrail.db")
 """Where ``handrail demo`` keeps its threads without ``--db`` or ``--postgres`` (relative to the cwd)."""
@@ -148,7 +155,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``handrail`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
-    errors = Console(stderr=True, highlight=False)
+    errors = safe_console(stderr=True, highlight=False)
     try:
         try:
             args = _build_parser().parse_args(argv)
@@ -164,17 +171,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_audit.run(args, _open_store, UsageError)
         if args.command in service_commands.COMMANDS:
             try:
-                return service_commands.run(args, Console(highlight=False))
+                return service_commands.run(args, safe_console(highlight=False))
             except service_commands.CommandError as exc:
                 raise StoreError(str(exc)) from None
         if args.command in review_cli.COMMANDS:
             try:
-                return review_cli.run(args, Console(highlight=False))
+                return review_cli.run(args, safe_console(highlight=False))
             except review_cli.CommandError as exc:
                 raise StoreError(str(exc)) from None
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:
-        errors.print(f"handrail: error: {escape(str(exc))}", soft_wrap=True)
+        errors.print(f"handrail: error: {safe_markup(str(exc))}", soft_wrap=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
         errors.print("\nInterrupted.")
@@ -183,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.print("\nInput ended before the review was finished.")
         return EXIT_FAILURE
     except (HandrailError, OSError, sqlite3.Error) as exc:
-        errors.print(f"handrail: error: {escape(_one_line(exc))}", soft_wrap=True)
+        errors.print(f"handrail: error: {safe_markup(_one_line(exc))}", soft_wrap=True)
         return EXIT_FAILURE
 
 
@@ -197,7 +204,7 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
         raise UsageError(f"--workdir {str(workdir)!r} is not a directory")
     if args.resume is not None and not args.resume.strip():
         raise UsageError("--resume needs a thread id (see 'handrail demo --list')")
-    console = Console(highlight=False)
+    console = safe_console(highlight=False)
     starting = args.resume is None and not args.list
     # A new run checks its model before anything is created: a missing key is said up front.
     model = _demo_model(args.model, args.base_url) if starting else None
@@ -228,7 +235,7 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
         ask = _terminal_ask(console) if auto_approve or sys.stdin.isatty() else _piped_ask(console)
 
         if model is not None:
-            shown = escape(str(model_name))
+            shown = safe_markup(str(model_name))
             console.print(f"Model: [cyan]{shown}[/] (a real model may not follow the script)")
         try:
             result = demo.run_demo(
@@ -247,23 +254,23 @@ def _demo(args: argparse.Namespace, errors: Console) -> int:
             else:
                 errors.print("\nInput ended before the review was finished.")
             if _thread_saved(saver, thread_id):
-                errors.print(f"The thread is saved in {escape(where)}. To continue it:", soft_wrap=True)
-                errors.print(f"  {escape(_resume_command(args, thread_id))}", soft_wrap=True)
+                errors.print(f"The thread is saved in {safe_markup(where)}. To continue it:", soft_wrap=True)
+                errors.print(f"  {safe_markup(_resume_command(args, thread_id))}", soft_wrap=True)
             return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_FAILURE
 
-        saved = f"thread [cyan]{escape(thread_id)}[/] in {escape(where)}"
+        saved = f"thread [cyan]{safe_markup(thread_id)}[/] in {safe_markup(where)}"
         if result.waiting:
             console.print(f"Left for later: {saved}.", soft_wrap=True)
             console.print("To continue it, here or in any other terminal:")
         else:
             console.print(f"Saved as {saved}. To see it again:", soft_wrap=True)
-        console.print(f"  {escape(_resume_command(args, thread_id))}", soft_wrap=True)
+        console.print(f"  {safe_markup(_resume_command(args, thread_id))}", soft_wrap=True)
         return EXIT_OK
 
 
 def _terminal_ask(console: Console) -> Callable[[str], str]:
     def ask(prompt: str) -> str:
-        return console.input(f"[bold cyan]?[/] {escape(prompt)} ")
+        return console.input(f"[bold cyan]?[/] {safe_markup(prompt)} ")
 
     return ask
 
@@ -281,14 +288,14 @@ def _piped_ask(console: Console) -> Callable[[str], str]:
     )
 
     def ask(prompt: str) -> str:
-        console.print(f"[bold cyan]?[/] {escape(prompt)} ", end="")
+        console.print(f"[bold cyan]?[/] {safe_markup(prompt)} ", end="")
         line = sys.stdin.readline()
         if not line:
             console.print()
             console.print("[yellow]Input ended, so this review waits for an answer.[/]")
             raise ReviewDeferred("input ended")
         answer = line.rstrip("\r\n")
-        console.print(escape(answer), highlight=False)
+        console.print(safe_markup(answer), highlight=False)
         return answer
 
     return ask
@@ -299,32 +306,38 @@ def _list_waiting(console: Console, args: argparse.Namespace, saver: BaseCheckpo
 
     waiting = waiting_demo_threads(saver)
     if not waiting:
-        console.print(f"No demo thread is waiting for review in {escape(where)}.", soft_wrap=True)
+        console.print(f"No demo thread is waiting for review in {safe_markup(where)}.", soft_wrap=True)
         return EXIT_OK
     count = f"{len(waiting)} demo thread{'s' if len(waiting) != 1 else ''}"
-    console.print(f"{count} waiting for review in {escape(where)}:", soft_wrap=True)
+    console.print(f"{count} waiting for review in {safe_markup(where)}:", soft_wrap=True)
     for thread in waiting:
         since = thread.since.strftime("%Y-%m-%d %H:%M UTC")
-        console.print(
-            f"  [cyan]{escape(thread.thread_id)}[/]  since {since}  {escape(', '.join(thread.tools))}",
-            soft_wrap=True,
-        )
+        tools = safe_markup(", ".join(thread.tools))
+        console.print(f"  [cyan]{safe_markup(thread.thread_id)}[/]  since {since}  {tools}", soft_wrap=True)
     console.print("To continue one:", soft_wrap=True)
-    console.print(f"  {escape(_resume_command(args, 'THREAD_ID'))}", soft_wrap=True)
+    console.print(f"  {safe_markup(_resume_command(args, 'THREAD_ID'))}", soft_wrap=True)
     return EXIT_OK
 
 
 @contextmanager
-def _open_store(args: argparse.Namespace, *, existing: bool) -> Iterator[tuple[BaseCheckpointSaver, str]]:
-    """The saver ``--db``/``--postgres`` name, and how to name it in messages; closed afterwards.
+def _open_store(
+    args: argparse.Namespace, *, existing: bool, tables_must_exist: bool = False
+) -> Iterator[tuple[BaseCheckpointSaver, str]]:
+    """The saver ``--db``/``--postgres`` (and ``--schema``, where the command has it) name,
+    and how to name it in messages; closed afterwards.
 
-    With ``existing`` (``--resume``, ``--list``) a missing SQLite file is an error rather
-    than a new, empty store.
+    With ``existing`` (``--resume``, ``--list``, ``audit verify``) a missing SQLite file is
+    an error rather than a new, empty store. With ``tables_must_exist`` (``audit verify``)
+    a PostgreSQL database or schema without handrail's tables is an error too, rather than
+    a store created empty.
     """
+    schema: str | None = getattr(args, "schema", None)
     if args.postgres is not None:
-        with _open_postgres(args.postgres) as opened:
+        with _open_postgres(args.postgres, schema, tables_must_exist=tables_must_exist) as opened:
             yield opened
         return
+    if schema is not None:
+        raise UsageError("--schema names a PostgreSQL schema: use it with --postgres DSN")
     path: Path = args.db if args.db is not None else DEFAULT_DB
     _check_sqlite_file(path, existing=existing, flags=_store_flags(args))
     from handrail.checkpoint.sqlite import SqliteSaver
@@ -359,26 +372,49 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
 
 
 @contextmanager
-def _open_postgres(dsn: str) -> Iterator[tuple[BaseCheckpointSaver, str]]:
-    where = f"PostgreSQL ({_safe_dsn(dsn)})"
+def _open_postgres(
+    dsn: str, schema: str | None = None, *, tables_must_exist: bool = False
+) -> Iterator[tuple[BaseCheckpointSaver, str]]:
     try:
         import psycopg
 
         from handrail.checkpoint.postgres import PostgresSaver
     except ImportError:
         raise StoreError("--postgres needs psycopg 3: pip install 'handrail[postgres]'") from None
+    if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+        raise UsageError(
+            f"--schema {schema!r} is not a plain SQL identifier (letters, digits, _ and $, "
+            "not starting with a digit)"
+        )
+    where = f"PostgreSQL ({_safe_dsn(dsn)})"
     try:
         # A quick probe: the pool would retry an unreachable server for its whole timeout.
-        with psycopg.connect(dsn, connect_timeout=10, autocommit=True):
-            pass
+        with psycopg.connect(dsn, connect_timeout=10, autocommit=True) as conn:
+            row = conn.execute("SELECT current_database(), current_schema()").fetchone()
+            database, current = (str(row[0]), row[1]) if row is not None else ("?", None)
+            shown = schema if schema is not None else current or "(none on the search_path)"
+            where = f"{where}, database {database!r}, schema {shown!r}"
+            if tables_must_exist and not _has_store(conn, schema):
+                raise StoreError(
+                    f"{where} holds no handrail store (it has no handrail_threads table), so there is "
+                    "nothing to read: check --postgres and --schema"
+                )
     except psycopg.Error as exc:
         raise StoreError(f"cannot connect to {where}: {_one_line(exc)}") from None
     try:
-        with PostgresSaver.from_conn_string(dsn, pool_size=4) as saver:
+        with PostgresSaver.from_conn_string(dsn, schema=schema, pool_size=4) as saver:
             saver.setup()
             yield saver, where
     except psycopg.Error as exc:
         raise StoreError(f"{where}: {_one_line(exc)}") from None
+
+
+def _has_store(conn: Any, schema: str | None) -> bool:
+    """Whether the schema (the connection's own without one) holds handrail's tables."""
+    # The schema is a plain identifier (checked by the caller), so it can be quoted as is.
+    table = f'"{schema}".handrail_threads' if schema is not None else "handrail_threads"
+    found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+    return bool(found and found[0])
 
 
 def _thread_saved(saver: BaseCheckpointSaver, thread_id: str) -> bool:

@@ -4,24 +4,31 @@ The ``audit`` parser is the review CLI's (``review_cli.py``); ``audit verify`` c
 
 ::
 
-    handrail audit verify THREAD [THREAD ...] [--db PATH | --postgres DSN]
-    handrail audit verify --all [--db PATH | --postgres DSN]
+    handrail audit verify THREAD [THREAD ...] [--db PATH | --postgres DSN [--schema NAME]]
+    handrail audit verify --all [--db PATH | --postgres DSN [--schema NAME]]
+    handrail audit verify THREAD --expect-head HASH [--db PATH | --postgres DSN [--schema NAME]]
 
-Each thread gets one line: how many records match, or the first record that does not
-and how. The exit code is 0 when every thread checked is intact, 1 when one is not (or
-the store cannot be read), 2 for a mistake on the command line.
+Each thread gets one line: how many records match and the hash of its last record (its
+head), or the first record that does not match and how. A last line names the store
+that was read (file, or database and schema). The head hash vouches for the whole log; a
+chain cannot see records cut from its own end, so an operator keeps the head somewhere
+the database's writers cannot reach and passes it back with ``--expect-head``: the
+thread then passes only if its log still ends there.
+
+The exit code is 0 when every thread checked is intact, 1 when one is not, when the
+store cannot be read, or when ``--all`` finds no thread at all (nothing was vouched
+for), and 2 for a mistake on the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-
 from handrail.checkpoint.base import BaseCheckpointSaver, ThreadFilter
+from handrail.terminal import safe_console, safe_markup
 from handrail.types import AuditVerification
 
 __all__ = ["run", "verify_thread"]
@@ -30,30 +37,55 @@ _PAGE = 500
 
 
 def run(args: argparse.Namespace, open_store: Any, usage_error: type[Exception]) -> int:
-    """Run ``handrail audit ...``; ``open_store`` opens the saver ``--db``/``--postgres`` name."""
+    """Run ``handrail audit verify ...``; ``open_store`` opens the saver ``--db``/``--postgres``
+    (with ``--schema``) name, refusing a PostgreSQL database or schema without a store."""
+    from handrail.checkpoint.integrity import read_head
+    from handrail.errors import InvalidInputError
+
     threads = args.thread_id[1:]  # after the word "verify"
     if bool(threads) == bool(args.all):
         raise usage_error("name the threads to check, or pass --all (not both)")
     if args.url or args.token:
         raise usage_error("audit verify reads a store: give --db PATH or --postgres DSN, not a service")
-    console = Console(highlight=False)
+    if args.csv:
+        raise usage_error("--csv prints an audit trail, not a verification: leave it out")
+    expected: str | None = None
+    if args.expect_head is not None:
+        if len(threads) != 1:
+            raise usage_error("--expect-head HASH is the head of one thread: name exactly that thread")
+        try:
+            expected = read_head(args.expect_head)
+        except InvalidInputError as exc:
+            raise usage_error(f"--expect-head: {exc}") from None
+    console = safe_console(highlight=False)
     failed = 0
     checked = 0
-    with open_store(args, existing=True) as (saver, where):
+    with open_store(args, existing=True, tables_must_exist=True) as (saver, where):
+        if args.postgres is None:
+            where = f"the SQLite file {os.path.abspath(where)}"
         for thread_id in threads or _every_thread(saver):
-            report = verify_thread(saver, thread_id)
+            report = verify_thread(saver, thread_id, expect_head=expected)
             checked += 1
             failed += not report.ok
             console.print(_line(report), soft_wrap=True)
-    if args.all and not checked:
-        console.print(f"No threads in {escape(where)}.", soft_wrap=True)
-    elif checked > 1:
-        console.print(f"{checked - failed} of {checked} threads intact.")
+    if not checked:
+        console.print(
+            f"[red]No threads[/] in {safe_markup(where)}: nothing was verified. If threads were "
+            "expected here, check --db, or --postgres and --schema, and whether they were deleted.",
+            soft_wrap=True,
+        )
+        return 1
+    threads_word = "thread" if checked == 1 else "threads"
+    summary = f"{checked - failed} of {checked} {threads_word} intact in {safe_markup(where)}."
+    console.print(summary, soft_wrap=True)
     return 1 if failed else 0
 
 
-def verify_thread(saver: BaseCheckpointSaver, thread_id: str) -> AuditVerification:
-    """Check one thread of a store, without an agent (the chain needs none)."""
+def verify_thread(
+    saver: BaseCheckpointSaver, thread_id: str, *, expect_head: str | None = None
+) -> AuditVerification:
+    """Check one thread of a store, without an agent (the chain needs none); with
+    ``expect_head`` (a head hash as ``read_head`` gives it), also that the log ends there."""
     from handrail.errors import SerializationError
     from handrail.runtime.maintenance import verification_of
 
@@ -61,8 +93,9 @@ def verify_thread(saver: BaseCheckpointSaver, thread_id: str) -> AuditVerificati
         read = saver.read(thread_id)
     except SerializationError as exc:  # the store itself found a damaged row
         reason = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
-        return AuditVerification(thread_id, False, 0, 0, exc.seq if exc.seq is not None else 0, reason)
-    return verification_of(thread_id, read)
+        first_bad = exc.seq if exc.seq is not None else 0
+        return AuditVerification(thread_id, False, 0, 0, first_bad, reason, expected_head=expect_head)
+    return verification_of(thread_id, read, expect_head=expect_head)
 
 
 def _every_thread(saver: BaseCheckpointSaver) -> Iterator[str]:
@@ -76,10 +109,13 @@ def _every_thread(saver: BaseCheckpointSaver) -> Iterator[str]:
 
 
 def _line(report: AuditVerification) -> str:
-    name = escape(report.thread_id)
+    name = safe_markup(report.thread_id)
     if report.ok:
         extra = f" ({report.unsealed} written before records were hashed)" if report.unsealed else ""
-        return f"[green]intact[/]  {name}: {report.records} records match{extra}"
+        head = f"; head: record {report.head_seq}, hash {report.head_hash}" if report.head_hash else ""
+        expected = ", as expected" if report.expected_head is not None else ""
+        return f"[green]intact[/]  {name}: {report.records} records match{extra}{head}{expected}"
+    reason = safe_markup(report.reason or "")
     if report.first_bad is None:
-        return f"[red]missing[/] {name}: {escape(report.reason or '')}"
-    return f"[red]BROKEN[/]  {name}: record {report.first_bad}: {escape(report.reason or '')}"
+        return f"[red]missing[/] {name}: {reason}"
+    return f"[red]BROKEN[/]  {name}: record {report.first_bad}: {reason}"

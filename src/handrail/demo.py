@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -72,6 +71,8 @@ from handrail.terminal import (
     TerminalReviewer,
     UnsupportedInterruptError,
     preview,
+    safe_markup,
+    safe_text,
 )
 from handrail.types import Command, GraphOutput, RunnableConfig
 
@@ -160,14 +161,14 @@ def run_demo(
 
     snapshot = agent.get_state(config)
     existing = list(snapshot.values.get("messages", []))
-    console.print(f"[bold]handrail demo[/]  thread [cyan]{escape(thread_id)}[/]")
-    console.print(f"Working directory: {escape(str(workspace.root))}")
+    console.print(f"[bold]handrail demo[/]  thread [cyan]{safe_markup(thread_id)}[/]")
+    console.print(f"Working directory: {safe_markup(str(workspace.root))}")
     if existing:
         console.print("Continuing the conversation saved for this thread.")
         if not workspace.db_path.exists():
             console.print("[yellow]Its database was gone, so it starts again from the sample rows.[/]")
             workspace.seed()
-        console.print(f"[bold]Task:[/] {escape(_task_of(existing))}")
+        console.print(f"[bold]Task:[/] {safe_markup(_task_of(existing))}")
         _narrate(console, existing, 0)
         if snapshot.interrupts or not snapshot.next:  # waiting for a review, or finished
             output = GraphOutput(value=snapshot.values, interrupts=snapshot.interrupts)
@@ -175,7 +176,7 @@ def run_demo(
             output = agent.invoke(None, config, version="v2")
     else:
         workspace.seed()
-        console.print(f"[bold]Task:[/] {escape(TASK)}\n")
+        console.print(f"[bold]Task:[/] {safe_markup(TASK)}\n")
         first: RunnableConfig = {
             **config,
             "metadata": {**(metadata or {}), "app": DEMO_APP, "workdir": str(workspace.root)},
@@ -203,7 +204,7 @@ def run_demo(
             value = exc.interrupt.value
             raise DemoError(f"the run paused for something this demo cannot answer: {value!r}") from None
         except ConflictError as exc:
-            console.print(f"[yellow]{escape(str(exc))}[/]")
+            console.print(f"[yellow]{safe_markup(str(exc))}[/]")
             console.print("Another session got there first; this is the thread as it stands now.")
             snapshot = agent.get_state(config)
             output = GraphOutput(value=snapshot.values, interrupts=snapshot.interrupts)
@@ -315,17 +316,17 @@ def _narrate(console: Console, messages: Sequence[BaseMessage], start: int) -> i
     for message in messages[start:]:
         if isinstance(message, AIMessage) and message.tool_calls:
             if message.text:
-                console.print(f"[bold magenta]agent:[/] {escape(message.text)}")
+                console.print(f"[bold magenta]agent:[/] {safe_markup(message.text, newlines=True)}")
             names = ", ".join(call["name"] for call in message.tool_calls)
-            console.print(f"[dim]  proposes: {escape(names)}[/]")
+            console.print(f"[dim]  proposes: {safe_markup(names)}[/]")
         elif isinstance(message, ToolMessage):
             style = "red" if message.status == "error" else "green"
             edited, output = split_edit_notice(message.text)
             if message.status == "error" and output.startswith("User rejected"):
                 reason = output.partition(" with reason: ")[2]
                 output = f"rejected, reason: {reason}" if reason else "rejected, no reason given"
-            summary = escape(_result_summary(output, 70)) + (" [dim](edited call)[/]" if edited else "")
-            console.print(f"  [{style}]{escape(message.name or 'tool')}[/] -> {summary}")
+            summary = safe_markup(_result_summary(output, 70)) + (" [dim](edited call)[/]" if edited else "")
+            console.print(f"  [{style}]{safe_markup(message.name or 'tool')}[/] -> {summary}")
     return len(messages)
 
 
@@ -348,10 +349,10 @@ def _summarise(console: Console, result: DemoResult) -> None:
     table.add_column("Result", ratio=2)
     for outcome in ran:
         table.add_row(
-            outcome.name,
-            outcome.review,
-            _args_line(outcome.final_args or {}),
-            Text(
+            safe_text(outcome.name),
+            safe_text(outcome.review),
+            safe_text(_args_line(outcome.final_args or {})),
+            safe_text(
                 _result_summary(split_edit_notice(outcome.result)[1], 160),
                 style="red" if outcome.status == "error" else "",
             ),
@@ -360,8 +361,8 @@ def _summarise(console: Console, result: DemoResult) -> None:
     if skipped:
         console.print(Text("Not run", style="bold"))
         for outcome in skipped:
-            why = escape(_why_not_run(outcome))
-            console.print(f"  [red]{escape(outcome.name)}[/] ({outcome.review}): {why}")
+            why = safe_markup(_why_not_run(outcome))
+            console.print(f"  [red]{safe_markup(outcome.name)}[/] ({safe_markup(outcome.review)}): {why}")
     if result.waiting:
         console.print(
             Panel(
@@ -372,9 +373,9 @@ def _summarise(console: Console, result: DemoResult) -> None:
             )
         )
     else:
-        answer = escape(result.final_answer or "(no final answer)")
+        answer = safe_markup(result.final_answer or "(no final answer)", newlines=True)
         console.print(Panel(answer, title="Final answer", title_align="left"))
-    console.print(f"Files and database: {escape(str(result.workspace.root))}")
+    console.print(f"Files and database: {safe_markup(str(result.workspace.root))}")
     if not result.waiting and result.workspace.root.parent == default_workdirs().resolve():
         console.print("[dim](a temporary folder: the next new demo removes it, this thread being done)[/]")
 
@@ -400,6 +401,6 @@ def _result_summary(text: str, width: int) -> str:
         return preview(text, width)
     if isinstance(value, dict) and isinstance(value.get("rows"), list):
         shown, total = len(value["rows"]), value.get("total", len(value["rows"]))
-        where = f" from {value['table']}" if "table" in value else ""
+        where = f" from {preview(value['table'], 40)}" if "table" in value else ""
         return f"{shown} of {total} rows{where}" if shown != total else f"{total} rows{where}"
     return preview(text, width)

@@ -4,6 +4,11 @@ Each command talks to a service (``--url``/``--token``, or ``HANDRAIL_URL`` and
 ``HANDRAIL_TOKEN``) or directly to a store (``--db``/``--postgres`` with ``--agent
 module:obj``; then ``--reviewer``/``--role`` say who answers, recorded with channel
 ``cli``). An interrupt is named by its id or any unique prefix of it, as the inbox shows.
+
+Thread ids, tool names, arguments, messages and reviewer names come from models, tools and
+people: they are printed through :func:`handrail.terminal.safe_text` (control and invisible
+formatting characters shown as escapes such as ``\\x1b`` or ``\\u202e``, never written raw;
+rich markup in them kept as text).
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from typing import Any
 
 import orjson
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from handrail._message_display import visible, visible_json
+from handrail.terminal import safe_markup, safe_text
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -78,12 +85,21 @@ def add_commands(commands: Any) -> None:
         "audit",
         help="a thread's audit trail (who answered what, when, and what ran), or 'audit verify'",
         description="'handrail audit THREAD' prints a thread's audit trail. 'handrail audit verify "
-        "THREAD ... | --all' checks stored logs against their hash chains (with --db or --postgres) "
-        "and names the first record that does not match; exit code 1 when one does not.",
+        "THREAD ... | --all' checks stored logs against their hash chains (with --db, or --postgres and "
+        "--schema) and names the first record that does not match; exit code 1 when one does not, or "
+        "when --all finds no thread. Each intact thread is printed with its head hash: keep it "
+        "elsewhere and pass it back with --expect-head, since a chain alone cannot see records cut "
+        "from its end.",
     )
     audit.add_argument("thread_id", nargs="+", metavar="THREAD", help="a thread id, or: verify THREAD ...")
     audit.add_argument("--csv", action="store_true", help="print CSV")
     audit.add_argument("--all", action="store_true", help="with verify: check every thread in the store")
+    audit.add_argument(
+        "--expect-head",
+        metavar="HASH",
+        help="with verify and one thread: the head hash kept from an earlier verify; fail unless the "
+        "log still ends there (a log cut at its end, or rewritten, is found only this way)",
+    )
     _where(audit)
 
 
@@ -118,19 +134,29 @@ def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
         return 0
     table = Table("interrupt", "thread", "calls", "waiting")
     for item in page["items"]:
-        calls = "\n".join(f"{r['name']} {_short(r.get('args'))}" for r in item["action_requests"])
+        calls = Text("\n").join(
+            Text.assemble(safe_text(r.get("name")), " ", safe_text(_short(r.get("args"))))
+            for r in item["action_requests"]
+        )
         table.add_row(
-            item["interrupt_id"][:12], escape(item["thread_id"]), escape(calls), _age(item["created_at"])
+            safe_text(str(item["interrupt_id"])[:12]),
+            safe_text(item["thread_id"]),
+            calls,
+            _age(item["created_at"]),
         )
     console.print(table)
     if page.get("next_cursor"):
         again = " --order newest" if args.order == "newest" else ""
-        console.print(f"More: handrail inbox{again} --cursor {page['next_cursor']}", soft_wrap=True)
+        console.print(
+            f"More: handrail inbox{again} --cursor {safe_markup(page['next_cursor'])}", soft_wrap=True
+        )
     return 0
 
 
 def _short(value: Any, size: int = 80) -> str:
-    text = orjson.dumps(value).decode() if value is not None else ""
+    """``value`` as one line of JSON, its hidden characters as JSON escapes (``\\u202e``),
+    cut to ``size`` characters."""
+    text = visible_json(orjson.dumps(value, default=str).decode()) if value is not None else ""
     return text if len(text) <= size else text[: size - 1] + "…"
 
 
@@ -138,21 +164,31 @@ def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     state = reviews.state(args.thread_id)
     lines = [
         Text.assemble(
-            (f"{m.get('type', '?')}: ", "bold"), str(m.get("content") or _short(m.get("tool_calls")))
+            safe_text(f"{m.get('type', '?')}: ", style="bold"),
+            safe_text(m.get("content"), newlines=True)
+            if m.get("content")
+            else safe_text(_short(m.get("tool_calls"))),
         )
         for m in state["values"].get("messages", [])[-6:]
     ]
-    console.print(Panel(Group(*lines) if lines else Text("(no messages)"), title=f"thread {args.thread_id}"))
+    title = Text.assemble("thread ", safe_text(args.thread_id))
+    console.print(Panel(Group(*lines) if lines else Text("(no messages)"), title=title))
     for interrupt in state.get("interrupts", []):
         value = interrupt["value"]
         requests = value.get("action_requests") or [value] if isinstance(value, dict) else []
         body = Group(
             *(
-                Text(f"{r.get('name')}: {_short(r.get('args'), 400)}\n{r.get('description', '')}")
+                Text.assemble(
+                    safe_text(r.get("name")),
+                    ": ",
+                    safe_text(_short(r.get("args"), 400)),
+                    "\n",
+                    safe_text(r.get("description", ""), newlines=True),
+                )
                 for r in requests
             )
         )
-        console.print(Panel(body, title=f"pending review {interrupt['id']}"))
+        console.print(Panel(body, title=Text.assemble("pending review ", safe_text(interrupt["id"]))))
     return 0
 
 
@@ -166,9 +202,9 @@ def _find(reviews: Any, prefix: str) -> dict[str, Any]:
         if not cursor:
             break
     if not matches:
-        raise CommandError(f"no review {prefix!r} waits for you (see 'handrail inbox')")
+        raise CommandError(f"no review {visible(prefix)!r} waits for you (see 'handrail inbox')")
     if len(matches) > 1:
-        raise CommandError(f"{prefix!r} names {len(matches)} reviews; give more of the id")
+        raise CommandError(f"{visible(prefix)!r} names {len(matches)} reviews; give more of the id")
     return matches[0]
 
 
@@ -212,33 +248,43 @@ def _answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     answer = {"decisions": [decision] * len(item["action_requests"])} if batched else decision
     result = reviews.answer(item["thread_id"], item["interrupt_id"], answer)
     who = (result.get("reviewer") or {}).get("id", "?")
-    console.print(f"Recorded: {args.command} by {escape(str(who))} on thread {escape(item['thread_id'])}.")
+    console.print(
+        f"Recorded: {args.command} by {safe_markup(who)} on thread {safe_markup(item['thread_id'])}."
+    )
     values = result.get("values") or {}
     if values.get("__interrupt__"):
         console.print(
             f"The run paused again: {len(values['__interrupt__'])} new review(s) (see 'handrail inbox')."
         )
     elif values.get("messages"):
-        console.print(Text(f"The run ended: {values['messages'][-1].get('content', '')}"))
+        ended = values["messages"][-1].get("content", "")
+        console.print(Text.assemble("The run ended: ", safe_text(ended, newlines=True)))
     return 0
 
 
 def _threads(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     table = Table("thread", "status", "updated")
     for thread in reviews.threads(args.status, args.limit):
-        table.add_row(escape(thread["thread_id"]), thread["status"], str(thread["updated_at"]))
+        table.add_row(
+            safe_text(thread["thread_id"]), safe_text(thread["status"]), safe_text(thread["updated_at"])
+        )
     console.print(table)
     return 0
 
 
 def _audit(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    if len(args.thread_id) != 1 or args.all:
-        raise CommandError("'handrail audit' takes one thread id (or: audit verify THREAD ... | --all)")
+    if len(args.thread_id) != 1 or args.all or args.expect_head:
+        raise CommandError(
+            "'handrail audit' takes one thread id; --all and --expect-head go with "
+            "'handrail audit verify THREAD ... | --all'"
+        )
     entries = reviews.audit(args.thread_id[0])
     if args.csv:
         from handrail.server.wire import audit_csv
 
-        console.file.write(audit_csv(entries))
+        text = audit_csv(entries)
+        # The CSV keeps the data exactly; only a terminal gets its hidden characters escaped.
+        console.file.write(visible(text, newlines=True) if console.file.isatty() else text)
         return 0
     table = Table("#", "when", "event", "who", "channel", "what")
     for e in entries:
@@ -252,12 +298,12 @@ def _audit(reviews: Any, args: argparse.Namespace, console: Console) -> int:
             70,
         )
         table.add_row(
-            str(e["seq"]),
-            e["at"][:19],
-            e["event"],
-            escape(str(who or "")),
-            e.get("channel") or "",
-            escape(what),
+            safe_text(e["seq"]),
+            safe_text(str(e["at"])[:19]),
+            safe_text(e["event"]),
+            safe_text(who or ""),
+            safe_text(e.get("channel") or ""),
+            safe_text(what),
         )
     console.print(table)
     return 0

@@ -25,6 +25,13 @@ drive it without a TTY: a rich :class:`~rich.console.Console` for output and an
     reviewer.verdicts  # {tool call id: Verdict(label="approved" | "edited" | ..., final_args=...)}
 
 ``handrail demo`` (:func:`handrail.demo.run_demo`) reviews its thread this way.
+
+Tool names, arguments, descriptions and messages come from the model and from tools, so
+they are untrusted: everything this module prints from them goes through
+:func:`safe_text` or :func:`safe_markup`, which show control characters and invisible
+formatting characters as escapes (``\\x1b``, ``\\u202e``) and keep rich markup in them
+as text. :func:`safe_console` makes a console that applies the same rule to everything
+printed on it, as a last line of defence; the ``handrail`` command prints through one.
 """
 
 from __future__ import annotations
@@ -34,27 +41,107 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rich.console import Console, Group, RenderableType
+from rich.console import (
+    Console,
+    ConsoleOptions,
+    ConsoleRenderable,
+    Group,
+    RenderableType,
+    RenderHook,
+    RenderResult,
+)
 from rich.markup import escape
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.syntax import Syntax
 from rich.text import Text
 
+from handrail._message_display import ONE_LINE_HIDDEN, TERMINAL_HIDDEN, escape_char, visible, visible_json
 from handrail._terminal_edit import EditorUnavailableError, edit_in_editor, read_text_value, schema_problems
 from handrail.errors import HandrailError, InvalidDecisionError
 from handrail.types import GraphOutput, Interrupt
 
 __all__ = [
+    "ESCAPE_STYLE",
     "Ask",
     "ReviewDeferred",
     "TerminalReviewer",
     "UnsupportedInterruptError",
     "Verdict",
     "preview",
+    "safe_console",
+    "safe_markup",
+    "safe_text",
 ]
 
 Ask = Callable[[str], str]
 """Reads one answer from the person: gets a plain-text prompt, returns what they typed."""
+
+ESCAPE_STYLE = "reverse"
+"""How :func:`safe_text` sets an escape apart from text that merely looks like one."""
+
+
+def safe_text(value: object, *, newlines: bool = False, style: str = "") -> Text:
+    """``value`` as a rich :class:`~rich.text.Text`, safe to print from untrusted data.
+
+    Control characters and invisible formatting characters (ANSI and OSC escape
+    sequences, bidirectional overrides and isolates, zero-width characters) are shown
+    as escapes such as ``\\x1b`` or ``\\u202e``, in :data:`ESCAPE_STYLE`; a ``Text`` is
+    never read as markup. With ``newlines``, newlines and tabs are kept (a value shown on
+    several lines on purpose); without, they are escaped too.
+    """
+    text = "" if value is None else str(value)
+    rule = TERMINAL_HIDDEN if newlines else ONE_LINE_HIDDEN
+    out = Text(style=style)
+    start = 0
+    for found in rule.finditer(text):
+        out.append(text[start : found.start()])
+        out.append(escape_char(found.group()), style=ESCAPE_STYLE)
+        start = found.end()
+    out.append(text[start:])
+    return out
+
+
+def safe_markup(value: object, *, newlines: bool = False) -> str:
+    """``value`` for a rich markup string: hidden characters escaped as :func:`safe_text`
+    does (without its style), and square brackets that would read as markup escaped."""
+    return escape(visible(value, newlines=newlines))
+
+
+class _Escaped:
+    """A renderable whose text segments have their hidden characters shown as escapes."""
+
+    def __init__(self, inner: ConsoleRenderable) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.inner, options):
+            if segment.control or not TERMINAL_HIDDEN.search(segment.text):
+                yield segment
+            else:
+                yield Segment(visible(segment.text, newlines=True), segment.style)
+
+
+class _EscapeHidden(RenderHook):
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Escaped(renderable) for renderable in renderables]
+
+
+def safe_console(**options: Any) -> Console:
+    """A rich :class:`~rich.console.Console` (``options`` as ``Console`` takes them) that
+    never writes a control or invisible formatting character of what it prints raw.
+
+    Whatever is printed, a hidden character in its text is shown as an escape
+    (``\\x1b``, ``\\u202e``), while the console's own styles still reach the terminal.
+    It is a last line of defence: values should still be printed through
+    :func:`safe_text` or :func:`safe_markup`, which escape before the layout is made
+    (so columns line up) and set the escapes apart. Writes to ``console.file`` itself
+    are not covered.
+    """
+    console = Console(**options)
+    console.push_render_hook(_EscapeHidden())
+    return console
+
 
 _DECISION_KEYS: dict[str, str] = {"approve": "a", "edit": "e", "reject": "r", "respond": "s"}
 _LATER = "later"
@@ -212,7 +299,7 @@ class TerminalReviewer:
                 edited = [i for i, d in enumerate(decisions) if d["type"] == "edit"]
                 if not edited:
                     raise
-                self.console.print(f"[red]handrail refused the answer:[/] {escape(str(exc))}")
+                self.console.print(f"[red]handrail refused the answer:[/] {safe_markup(exc)}")
                 self.console.print("The proposals stand; decide the edited calls again.")
                 for i in edited:
                     self._render(pending.items[i], i + 1, total)
@@ -226,24 +313,26 @@ class TerminalReviewer:
         parts: list[RenderableType] = []
         description = _without_default_args(item.description, item.name)
         if description:
-            parts.append(Text(description))
+            parts.append(safe_text(description, newlines=True))
         parts.append(Text("Arguments", style="bold"))
         parts.append(_json(item.args))
         for name, value in item.args.items():
             if isinstance(value, str) and "\n" in value.strip():
                 # Multi-line text is hard to read as a JSON string; show it as it will be written.
-                parts.append(Text(f"{name}, as text:", style="bold"))
-                parts.append(Panel(Text(value.rstrip("\n")), border_style="dim", expand=False))
-        parts.append(Text.assemble(("Allowed: ", "bold"), ", ".join(item.allowed)))
-        title = f"Review {index} of {total}: [bold]{escape(item.name)}[/]"
+                parts.append(Text.assemble(safe_text(name, style="bold"), (", as text:", "bold")))
+                parts.append(
+                    Panel(safe_text(value.rstrip("\n"), newlines=True), border_style="dim", expand=False)
+                )
+        parts.append(Text.assemble(("Allowed: ", "bold"), safe_text(", ".join(item.allowed))))
+        title = f"Review {index} of {total}: [bold]{safe_markup(item.name)}[/]"
         self.console.print(Panel(Group(*parts), title=title, title_align="left", border_style="yellow"))
 
     def _decide(self, item: _ReviewItem, index: int, total: int, *, answered: int) -> dict[str, Any]:
         if self.auto_approve:
             if "approve" in item.allowed:
-                self.console.print(f"[green]Approved[/] {escape(item.name)} automatically.")
+                self.console.print(f"[green]Approved[/] {safe_markup(item.name)} automatically.")
                 return {"type": "approve"}
-            self.console.print(f"[red]Rejected[/] {escape(item.name)}: approving it is not allowed.")
+            self.console.print(f"[red]Rejected[/] {safe_markup(item.name)}: approving it is not allowed.")
             return {
                 "type": "reject",
                 "message": "Automatic mode may only approve, and approve is not allowed.",
@@ -274,9 +363,9 @@ class TerminalReviewer:
         keys = {_DECISION_KEYS.get(kind, kind): kind for kind in item.allowed}
         if self.allow_later:
             keys[_LATER_KEY] = _LATER
-        menu = ", ".join(f"{kind} ({key})" for key, kind in keys.items())
+        menu = visible(", ".join(f"{kind} ({key})" for key, kind in keys.items()))
         while True:
-            answer = self.ask(f"Decision for {item.name} - {menu}:").strip().lower()
+            answer = self.ask(f"Decision for {visible(item.name)} - {menu}:").strip().lower()
             if answer in keys:
                 answer = keys[answer]
             if answer == _LATER and self.allow_later:
@@ -285,7 +374,7 @@ class TerminalReviewer:
                 raise ReviewDeferred(item.name)
             if answer in item.allowed:
                 return answer
-            self.console.print(f"Please answer one of: {', '.join(keys)}.")
+            self.console.print(f"Please answer one of: {safe_markup(', '.join(keys))}.")
 
     def _later_confirmed(self, answered: int, total: int) -> bool:
         self.console.print(
@@ -325,7 +414,7 @@ class TerminalReviewer:
             self.console.print('The arguments must be a JSON object, like {"query": "..."}.')
         problem = self._problem(item, args)
         if problem is not None:
-            self.console.print(f"[red]handrail refused the answer:[/] {escape(problem)}")
+            self.console.print(f"[red]handrail refused the answer:[/] {safe_markup(problem)}")
             self.console.print("The edit was not kept; the call stands as proposed.")
             return None
         self.console.print(Text("Edited arguments", style="bold"))
@@ -337,7 +426,7 @@ class TerminalReviewer:
         try:
             saved = self.edit_text(text)
         except EditorUnavailableError as exc:
-            self.console.print(f"[yellow]{escape(str(exc))}[/]")
+            self.console.print(f"[yellow]{safe_markup(exc)}[/]")
             return None
         try:
             value = json.loads(saved)
@@ -367,14 +456,16 @@ class TerminalReviewer:
         edited = dict(current)
         if properties:
             for name in [name for name in current if name not in properties]:
-                self.console.print(f"Dropping {escape(name)}: {escape(item.name)} takes no such argument.")
+                self.console.print(
+                    f"Dropping {safe_markup(name)}: {safe_markup(item.name)} takes no such argument."
+                )
                 del edited[name]
         for name in properties or current:
             text = _is_text_field(properties.get(name), current.get(name))
             shown = _full(current[name]) if name in current else "not set"
-            self.console.print(Text.assemble((f"{name} now: ", "bold"), shown))
+            self.console.print(Text.assemble(safe_text(name, style="bold"), (" now: ", "bold"), shown))
             hint = ', or a "JSON string" for new lines (\\n)' if text else ""
-            raw = self.ask(f"{name} (Enter keeps it{hint}):").strip()
+            raw = self.ask(f"{visible(name)} (Enter keeps it{hint}):").strip()
             if raw:
                 edited[name] = read_text_value(raw) if text else _loose(raw)
         return edited
@@ -390,7 +481,7 @@ def _verdict(item: _ReviewItem, decision: Mapping[str, Any]) -> Verdict:
 
 
 def _full(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return visible_json(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def _without_default_args(description: str, name: str) -> str:
@@ -400,14 +491,15 @@ def _without_default_args(description: str, name: str) -> str:
 
 
 def _json(value: Any) -> Syntax:
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    text = visible_json(json.dumps(value, indent=2, ensure_ascii=False, default=str))
     return Syntax(text, "json", theme="ansi_dark", word_wrap=True, background_color="default")
 
 
 def preview(value: Any, width: int = 60) -> str:
-    """``value`` on one line of at most ``width`` characters (as JSON unless it is text)."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
+    """``value`` on one line of at most ``width`` characters (as JSON unless it is text),
+    control and invisible characters shown as escapes (see :func:`safe_text`)."""
+    text = value if isinstance(value, str) else _full(value)
+    text = visible(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

@@ -125,13 +125,28 @@ class AuditEntry:
       ``proposed`` is the call as the model proposed it;
     * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with;
     * ``"run_failed"`` - a run stopped on an error after it had saved some of its work:
-      ``value`` is ``{"run_id", "error"}``.
+      ``value`` is ``{"run_id", "error"}``;
+    * ``"input"``, ``"state_updated"``, ``"forked"`` - a change to the thread (SPEC rule
+      21): new input (``value``: its metadata, if any), a state update (``value``: the
+      keys it changed, ``kind``: the step it counts as, if any), a fork or a run from an
+      earlier checkpoint (``value``: ``{"from_checkpoint"}``); ``by`` is who made it (the
+      config's ``reviewer``, or the service's credential; None when nobody was named)
+      and ``channel`` how it arrived.
     """
 
     thread_id: str
     seq: int
     at: datetime
-    event: Literal["review_requested", "answered", "tool_started", "tool_finished", "run_failed"]
+    event: Literal[
+        "review_requested",
+        "answered",
+        "tool_started",
+        "tool_finished",
+        "run_failed",
+        "input",
+        "state_updated",
+        "forked",
+    ]
     interrupt_id: str | None = None
     kind: str | None = None
     value: Any = None
@@ -142,6 +157,7 @@ class AuditEntry:
     args: dict[str, Any] | None = None
     proposed: dict[str, Any] | None = None
     result: Any = None
+    by: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,15 +167,26 @@ class AuditVerification:
 
     ``ok`` is true when every stored record matches; otherwise ``first_bad`` is the
     number of the first record that does not, and ``reason`` says how. ``records`` is
-    how many records were read; ``unsealed`` how many were written before records had a
-    hash (a store's migration seals them), which are chained but cannot be checked on
-    their own. A pruned thread is checked from the anchors its snapshot keeps.
+    how many records were read and ``head_seq`` the number of the thread's last record;
+    ``unsealed`` how many were written before records had a hash (a store's migration
+    seals them), which are chained but cannot be checked on their own. A pruned thread
+    is checked from the anchors its snapshot keeps.
+
+    ``head_hash`` (64 hex digits, or None when the chain is broken or the log empty) is
+    the hash of the last record, which vouches for every record before it. The chain
+    cannot see records cut from its own end; keep ``head_hash`` where the database's
+    writers cannot change it and pass it back as ``expect_head`` to find a cut end, or a
+    log whose hashes were all computed anew. ``expected_head`` is the head a caller
+    expected (as :meth:`Agent.verify_audit` got it), None when it expected none; when the
+    log does not end there, ``ok`` is false and ``reason`` says how it differs.
 
     Example::
 
         report = agent.verify_audit({"configurable": {"thread_id": "t1"}})
         if not report.ok:
             print(f"record {report.first_bad}: {report.reason}")
+        kept = report.head_hash  # store it elsewhere; later:
+        agent.verify_audit({"configurable": {"thread_id": "t1"}}, expect_head=kept)
     """
 
     thread_id: str
@@ -170,3 +197,4 @@ class AuditVerification:
     reason: str | None = None
     unsealed: int = 0
     head_hash: str | None = None
+    expected_head: str | None = None

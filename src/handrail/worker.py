@@ -15,9 +15,12 @@ Rule W2 - a dead worker's runs are taken over. A claim made by a process that di
     the next worker like a queued one; the run then finds the tool calls the dead run
     left unfinished and raises them as ``outcome_unknown`` reviews (SPEC rule 9): nothing
     is run twice silently.
-Rule W3 - a worker takes only its own agents' threads: those whose metadata
-    ``assistant_id`` names an agent it hosts; its first agent also takes the threads
-    that have none (a Python program's own).
+Rule W3 - a worker takes only its own agents' threads. A thread is bound to its agent
+    by its first input (metadata ``assistant_id``: the assistant a service ran it as,
+    or the ``name`` of the agent a Python program ran it with; SPEC rule 21). A worker
+    hosts each agent under its key and under its ``name`` (unless another agent's key
+    is that name: :func:`hosted_names`), takes the threads bound to those names, and
+    its first agent also those bound to none (an unnamed agent's).
 Rule W4 - a failed run is not retried by the worker (a model that is down would be
     called forever). The thread keeps what the run saved and says why it stopped (a
     ``failed`` event in its audit trail, ``run.finished`` with ``"status": "error"`` in
@@ -47,7 +50,7 @@ from handrail.errors import ConfigurationError
 from handrail.messages import new_id
 from handrail.runtime.loop import RunResult
 
-__all__ = ["ASSISTANT_KEY", "Worker"]
+__all__ = ["ASSISTANT_KEY", "Worker", "hosted_names"]
 
 log = logging.getLogger("handrail.worker")
 
@@ -55,26 +58,53 @@ ASSISTANT_KEY = "assistant_id"
 """The thread metadata key that names the agent (assistant) a thread belongs to (rule W3)."""
 
 
+def hosted_names(agents: Mapping[str, Agent]) -> dict[str, str]:
+    """Every name a thread of ``agents`` may be bound to, and the key of its agent.
+
+    Each agent is hosted under its key and under its own ``name`` (the one a Python
+    program's threads of it are bound to), unless that name is another agent's key or
+    an earlier agent's name.
+
+    Example::
+
+        hosted_names({"billing": support_agent})   # {"billing": "billing", "support": "billing"}
+    """
+    names = {key: key for key in agents}
+    for key, agent in agents.items():
+        if agent.name:
+            names.setdefault(agent.name, key)
+    return names
+
+
 class _Group:
     """The agents a worker hosts on one store, and which threads of it they take."""
 
-    def __init__(self, store: BaseCheckpointSaver, agents: dict[str, Agent], default: str | None) -> None:
+    def __init__(
+        self, store: BaseCheckpointSaver, agents: dict[str, Agent], names: dict[str, str], default: str | None
+    ) -> None:
         self.store = store
         self.agents = agents
         self.default = default
-        self.filter = ClaimFilter(ASSISTANT_KEY, tuple(agents), or_missing=default is not None)
+        self.names = {name: key for name, key in names.items() if key in agents}
+        self.filter = ClaimFilter(ASSISTANT_KEY, tuple(self.names), or_missing=default is not None)
 
     async def agent_for(self, thread_id: str) -> Agent | None:
         record = await self.store.aget_thread(thread_id)
-        name = None if record is None else record.metadata.get(ASSISTANT_KEY, self.default)
-        return self.agents.get(name) if isinstance(name, str) else None
+        if record is None:
+            return None
+        if ASSISTANT_KEY not in record.metadata:
+            return None if self.default is None else self.agents[self.default]
+        name = record.metadata[ASSISTANT_KEY]
+        key = self.names.get(name) if isinstance(name, str) else None
+        return None if key is None else self.agents[key]
 
 
 class Worker:
     """Run the queued threads of the agents it hosts (see the rules above).
 
     ``agents`` maps assistant names to agents (each with a checkpointer; agents may
-    share one); the first one also takes threads that name no assistant.
+    share one); each also takes the threads bound to its own ``name``, and the first
+    one the threads bound to no agent (rule W3).
     ``concurrency`` bounds the runs going at once; ``poll`` is how often (seconds) it
     looks for work nobody woke it for.
 
@@ -100,8 +130,10 @@ class Worker:
                 raise ConfigurationError(f"agent {name!r} has no checkpointer: a worker runs stored threads")
             groups.setdefault(id(store), (store, {}))[1][name] = agent
         first = next(iter(agents))
+        names = hosted_names(agents)
         self._groups = [
-            _Group(store, members, first if first in members else None) for store, members in groups.values()
+            _Group(store, members, names, first if first in members else None)
+            for store, members in groups.values()
         ]
         self.concurrency = concurrency
         self.poll = float(poll)

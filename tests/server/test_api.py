@@ -367,8 +367,15 @@ async def test_the_audit_trail_across_threads_in_json_and_csv(
     trail = (await client.get("/handrail/audit", headers=alice)).json()
     assert {e["thread_id"] for e in trail} == set(answered)
     assert [e["at"] for e in trail] == sorted(e["at"] for e in trail)
-    events = [e["event"] for e in trail if e["thread_id"] == answered[0]]
-    assert events == ["review_requested", "answered", "tool_started", "tool_finished"]
+    events = [e for e in trail if e["thread_id"] == answered[0]]
+    assert [e["event"] for e in events] == [
+        "input",
+        "review_requested",
+        "answered",
+        "tool_started",
+        "tool_finished",
+    ]
+    assert events[0]["by"] == {"id": "alice", "roles": ["dba"]} and events[0]["channel"] == "http"  # rule 21
     library = await service.agent.aaudit()
     assert [(e.thread_id, e.seq) for e in library] == [(e["thread_id"], e["seq"]) for e in trail]
     assert (await client.get("/handrail/audit", params={"since": 4e9}, headers=alice)).json() == []

@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from conftest import Backend, make_token, serving
+from conftest import Backend, handrail_process, make_token, serving
 
 APPROVE = {"answer": {"decisions": [{"type": "approve"}]}}
 
@@ -130,7 +130,10 @@ def test_a_service_killed_mid_tool_is_recovered_by_another(backend: Backend, tmp
 
     alice = make_token(backend, "alice", "dba")
     marker = str(tmp_path / "tool")
-    with serving(backend) as first, serving(backend) as second:
+    serve = ["serve", "served_agent:agent", *backend.store_flags(), "--port", "0"]
+    ready = r"on (http://127\.0\.0\.1:\d+)"
+    with handrail_process(serve, ready) as (process, found), serving(backend) as second:
+        first = found.group(1)
         thread = httpx.post(f"{first}/threads", json={}, headers={"x-api-key": alice}, timeout=60).json()
         run = {"assistant_id": "sql", "input": {"messages": [{"role": "user", "content": f"block {marker}"}]}}
         path = f"{first}/threads/{thread['thread_id']}/runs"
@@ -139,8 +142,7 @@ def test_a_service_killed_mid_tool_is_recovered_by_another(backend: Backend, tmp
         while not Path(marker + ".started").exists():
             assert time.monotonic() < deadline, "the tool never started"
             time.sleep(0.05)
-        pid = int(httpx.get(f"{first}/info", timeout=60).json()["pid"])
-        os.kill(pid, signal.SIGKILL)
+        os.kill(process.pid, signal.SIGKILL)
         state = {}
         deadline = time.monotonic() + 60
         while not state.get("interrupts"):

@@ -16,7 +16,14 @@ import pytest
 from _stores import drop_schema, wait_until
 
 from handrail.checkpoint._records import Migration
-from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.base import (
+    ClaimFilter,
+    PendingFilter,
+    PendingReview,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRecord,
+)
 from handrail.checkpoint.postgres.read import page_key
 from handrail.checkpoint.postgres.schema import migrations
 from handrail.errors import ConfigurationError, ConflictError, SerializationError
@@ -231,6 +238,10 @@ def test_the_inbox_queries_use_indexes(postgres: str, schema: str) -> None:
             PendingFilter(older_than=10.0, after=(100.0, "t100", "i100")),
             PendingFilter(tool="tool3", after=(100.0, "t100", "i100"), metadata={"team": "team3"}),
             PendingFilter(kind="interrupt", older_than=5.0, metadata={"team": "team1"}, limit=10),
+            # the agents a service hosts (on the thread's row), or one of them (the metadata index)
+            PendingFilter(owners=ClaimFilter("assistant_id", ("sql", "ops"), or_missing=True)),
+            PendingFilter(owners=ClaimFilter("team", ("team3",)), after=(100.0, "t100", "i100")),
+            PendingFilter(tool="tool3", owners=ClaimFilter("team", ("team3", "team4")), order="newest"),
         ]
         for filter in filters:
             query = saver._queries.pending_query(filter, now)

@@ -17,7 +17,14 @@ from _stores import wait_until
 
 from handrail import AsyncSqliteSaver, SqliteSaver
 from handrail.checkpoint._records import Migration, host_identity
-from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.base import (
+    ClaimFilter,
+    PendingFilter,
+    PendingReview,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRecord,
+)
 from handrail.checkpoint.sqlite._schema import MIGRATIONS
 from handrail.errors import ConfigurationError, ConflictError
 
@@ -431,6 +438,8 @@ def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
         PendingFilter(thread_id="t00042"),
         PendingFilter(older_than=10.0, after=(100.0, "t00100", "i100")),
         PendingFilter(tool="tool3", after=(100.0, "t00100", "i100"), metadata={"a": 1}),
+        PendingFilter(owners=ClaimFilter("assistant_id", ("sql",), or_missing=True)),
+        PendingFilter(tool="tool3", owners=ClaimFilter("assistant_id", ("sql", "ops")), order="newest"),
     ]
     with saver._connection() as conn:  # it knows handrail's SQL functions
         for filter in filters:

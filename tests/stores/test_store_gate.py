@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _stores import Location
 
-from handrail import AIMessage, Command, ToolMessage
+from handrail import AIMessage, Command, HumanMessage, ToolMessage
 from handrail.errors import InvalidDecisionError, InvalidInputError, NotAllowedError
 
 from _support import AgentFactory, Ledger, call, config, events_of, turn
@@ -251,3 +251,30 @@ def test_the_agent_a_thread_belongs_to_cannot_be_changed_by_metadata(
     record = location.saver().get_thread("t1")
     assert record is not None and record.metadata["assistant_id"] == "strict"
     assert record.metadata["team"] == "b"
+
+
+def test_every_change_says_who_made_it_and_pruning_keeps_it(
+    make_agent: AgentFactory, location: Location
+) -> None:
+    """Rule 21: input, state updates and forks are in the audit trail with their caller and
+    channel, and pruning old checkpoints keeps them."""
+    agent = make_agent(
+        [{"content": "one"}, {"content": "two"}, {"content": "three"}], checkpointer=location.saver()
+    )
+    agent.invoke({"messages": ["hi"]}, config(reviewer=ALICE))
+    agent.update_state(config(reviewer=BOB, channel="cli"), {"messages": [HumanMessage("a note")]})
+    finished = [h for h in agent.get_state_history(config()) if h.next == ()]
+    first = finished[-1].config["configurable"]["checkpoint_id"]  # the first run's end
+    agent.invoke({"messages": ["again"]}, config(reviewer="carol", checkpoint_id=first))
+    agent.invoke({"messages": ["anonymous"]}, config())
+    agent.prune_thread("t1", keep_last=1)
+    changes = [e for e in agent.get_audit_trail(config()) if e.event in ("input", "state_updated", "forked")]
+    assert [(e.event, e.by, e.channel) for e in changes] == [
+        ("input", ALICE, "python"),
+        ("state_updated", BOB, "cli"),
+        ("forked", "carol", "python"),
+        ("input", "carol", "python"),
+        ("input", None, None),
+    ]
+    assert changes[1].value == {"keys": ["messages"]}
+    assert changes[2].value == {"from_checkpoint": first}

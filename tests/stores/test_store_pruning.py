@@ -91,8 +91,10 @@ def test_audit_trail_says_who_decided_what_and_what_ran(location: Location, tmp_
     agent.invoke(Command(resume={pending.id: {"decisions": [edit]}}), cfg)
 
     trail = agent.get_audit_trail(cfg)
-    assert [e.event for e in trail] == ["review_requested", "answered", "tool_started", "tool_finished"]
-    asked, answered, started, finished_ = trail
+    events = ["input", "review_requested", "answered", "tool_started", "tool_finished"]
+    assert [e.event for e in trail] == events
+    sent, asked, answered, started, finished_ = trail
+    assert sent.by == {"id": "dana", "roles": ["dba"]} and sent.channel == "python"  # rule 21
     assert asked.interrupt_id == answered.interrupt_id == pending.id
     assert asked.value["action_requests"][0]["args"] == {"path": "a.txt"}  # the original action
     assert answered.reviewer == {"id": "dana", "roles": ["dba"]}

@@ -16,7 +16,14 @@ from typing import Any
 
 import orjson
 
-from handrail.checkpoint.base import PendingReview, StoredEvent, ThreadRecord, ThreadStatus, metadata_matches
+from handrail.checkpoint.base import (
+    ClaimFilter,
+    PendingReview,
+    StoredEvent,
+    ThreadRecord,
+    ThreadStatus,
+    metadata_matches,
+)
 from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import ConflictError, SerializationError
 
@@ -34,11 +41,13 @@ __all__ = [
     "decode_metadata",
     "decode_tools",
     "encode_metadata",
+    "encode_owners",
     "encode_tools",
     "epoch_conflict",
     "event_from_row",
     "host_identity",
     "metadata_filter_matches",
+    "owners_filter_matches",
     "pending_from_row",
     "pid_exists",
     "record_from_row",
@@ -237,6 +246,22 @@ def record_from_row(
 def metadata_filter_matches(thread_id: Any, stored: Any, wanted: bytes) -> bool:
     """Whether stored metadata holds ``wanted`` (serialised): the InMemorySaver's rule exactly."""
     return metadata_matches(_decoded_filter(wanted), decode_metadata(stored, thread_id))
+
+
+def encode_owners(owners: ClaimFilter) -> bytes:
+    """An owners filter as an SQL parameter (``owners_filter_matches`` reads it back)."""
+    return orjson.dumps([owners.key, list(owners.values), owners.or_missing])
+
+
+def owners_filter_matches(thread_id: Any, stored: Any, wanted: bytes) -> bool:
+    """Whether a thread with stored metadata passes an owners filter (``ClaimFilter.matches``)."""
+    return _decoded_owners(wanted).matches(decode_metadata(stored, thread_id))
+
+
+@functools.lru_cache(maxsize=64)
+def _decoded_owners(wanted: bytes) -> ClaimFilter:
+    key, values, or_missing = orjson.loads(wanted)
+    return ClaimFilter(str(key), tuple(str(v) for v in values), bool(or_missing))
 
 
 @functools.lru_cache(maxsize=64)

@@ -166,8 +166,10 @@ class ClaimFilter:
     """Which queued threads a worker takes: those whose metadata ``key`` is one of
     ``values`` and, with ``or_missing``, those without ``key`` at all.
 
-    The review service gives each thread it runs its assistant's name under
-    ``"assistant_id"``; its first agent also takes the threads a Python program made.
+    A thread's first input binds it to its agent under ``"assistant_id"`` (SPEC rule
+    21): a worker or service takes and lists the threads bound to the names it hosts,
+    and its first agent also those bound to none. A value that is not a string never
+    matches.
     """
 
     key: str
@@ -193,7 +195,8 @@ class PendingFilter:
     thread's metadata. Items come in ``(created_at, thread_id, interrupt_id)`` order,
     ascending with ``order="oldest"`` and descending with ``order="newest"`` (a backward
     walk of the same index); ``after`` is that key of the last item of the previous page,
-    and a page holds only the items past it in the chosen order.
+    and a page holds only the items past it in the chosen order. ``owners``: only the
+    threads it passes (the agents a process hosts, :class:`ClaimFilter`).
     """
 
     tool: str | None = None
@@ -204,6 +207,7 @@ class PendingFilter:
     after: tuple[float, str, str] | None = None
     limit: int = 50
     order: PendingOrder = "oldest"
+    owners: ClaimFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +221,7 @@ class PendingItem:
 
 @dataclass(frozen=True, slots=True)
 class ThreadFilter:
-    """Which threads to list (newest update first)."""
+    """Which threads to list (newest update first); ``owners`` as :class:`PendingFilter`'s."""
 
     metadata: Mapping[str, Any] | None = None
     status: ThreadStatus | None = None
@@ -225,6 +229,7 @@ class ThreadFilter:
     updated_before: float | None = None
     limit: int = 100
     offset: int = 0
+    owners: ClaimFilter | None = None
 
 
 class BaseCheckpointSaver(ABC):

@@ -22,6 +22,11 @@ Rule 5 - Rows written before this format have no seal (they start with any other
     sealed row after them checks them too; a stores' migration seals them in place. An
     unsealed row *after* a sealed one is damage. A saved reading without a seal is not
     trusted: the thread is read from its log.
+Rule 6 - A chain vouches for every record before its last one, not for where it ends:
+    records cut from its end (with the thread's head moved back to match) leave a shorter
+    chain that is just as whole. The hash of the last record, the *head hash*, vouches
+    for the whole log; kept where the database's writers cannot change it, it finds a
+    cut end, and any log rewritten with hashes computed anew (:func:`head_mismatch`).
 Every check that fails raises :class:`~handrail.errors.SerializationError` naming the
 thread and the record, and nothing else.
 """
@@ -34,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from handrail.checkpoint.base import StoredEvent
-from handrail.errors import SerializationError
+from handrail.errors import InvalidInputError, SerializationError
 
 __all__ = [
     "GENESIS",
@@ -42,8 +47,10 @@ __all__ = [
     "SEAL",
     "Break",
     "ChainWalk",
+    "head_mismatch",
     "is_sealed",
     "link",
+    "read_head",
     "seal",
     "seal_log",
     "unseal",
@@ -182,3 +189,47 @@ def seal_log(thread_id: str, events: Iterable[StoredEvent]) -> list[StoredEvent]
             out.append(StoredEvent(event.seq, event.kind, event.created_at, SEAL + digest + body))
         prev = digest if stored is None else stored
     return out
+
+
+def read_head(value: object) -> str:
+    """A head hash as a person gives it (64 hex digits, any case, spaces around ignored),
+    in the lower-case form reports print; raises :class:`~handrail.errors.InvalidInputError`
+    (a ``ValueError``) for anything else."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if len(text) != 2 * HASH_SIZE or any(c not in "0123456789abcdef" for c in text):
+        raise InvalidInputError(
+            f"an expected head must be the {2 * HASH_SIZE} hexadecimal digits of a head hash, as "
+            f"a verification reports it (head_hash), got {value!r}"
+        )
+    return text
+
+
+def head_mismatch(expected: str, hashes: Mapping[int, bytes]) -> Break | None:
+    """Whether a whole chain (each record's hash, by number) ends at the head ``expected``
+    (rule 6); if not, the first record past the common part and what differs.
+
+    ``expected`` is a head hash as :func:`read_head` gives it. A log that goes on past the
+    expected head is told apart from one that does not hold it at all (cut at its end,
+    or rewritten).
+    """
+    if not hashes:
+        return Break(1, f"the log has no records, but it was expected to end at head {expected}")
+    last = max(hashes)
+    head = hashes[last].hex()
+    if head == expected:
+        return None
+    at = next((seq for seq, digest in hashes.items() if digest.hex() == expected), None)
+    if at is not None:
+        after = sum(1 for seq in hashes if seq > at)
+        return Break(
+            at + 1,
+            f"the log goes on past the expected head: record {at} ends the log as expected, and "
+            f"{after} record{'s' if after != 1 else ''} follow it, up to record {last}. If they were "
+            f"added since the expected head was kept, keep the new head {head}",
+        )
+    return Break(
+        last + 1,
+        f"the log does not end at the expected head {expected}: it ends at record {last}, whose "
+        f"hash is {head}, and none of its records has the expected hash. Records were cut from "
+        "its end, or records were changed and the hashes computed again",
+    )

@@ -141,6 +141,7 @@ class InMemorySaver(BaseCheckpointSaver):
             and (filter.updated_after is None or r.updated_at > filter.updated_after)
             and (filter.updated_before is None or r.updated_at < filter.updated_before)
             and metadata_matches(filter.metadata, r.metadata)
+            and (filter.owners is None or filter.owners.matches(r.metadata))
         ]
         chosen.sort(key=lambda r: (-r.updated_at, r.thread_id))
         return chosen[filter.offset : filter.offset + filter.limit]
@@ -154,6 +155,7 @@ class InMemorySaver(BaseCheckpointSaver):
             for r in records
             if (filter.thread_id is None or r.thread_id == filter.thread_id)
             and metadata_matches(filter.metadata, r.metadata)
+            and (filter.owners is None or filter.owners.matches(r.metadata))
             for p in r.pending
             if (filter.tool is None or filter.tool in p.tools)
             and (filter.kind is None or p.kind == filter.kind)

@@ -3,11 +3,12 @@
 A thread is an append-only log of events numbered 1, 2, 3, ...; everything else (state,
 checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
 
-``input``         new input starts a run: ``{"values", "next", "metadata"?}``
+``input``         new input starts a run: ``{"values", "next", "metadata"?, "by"?,
+                  "channel"?}`` (``by``: who sent it, SPEC rule 21)
 ``step``          a step finished: ``{"step", "values", "next"}``; for ``tools`` the
                   results come from the step's ``tool_finished`` events, in call order
 ``update``        state changed by hand or by ``Command(update=...)``:
-                  ``{"values", "next", "as_node", "supersede"}``
+                  ``{"values", "next", "as_node", "supersede", "by"?, "channel"?}``
 ``interrupt``     a task paused: ``{"id", "step", "value", "task"?, "index"?, "kind"?,
                   "source"?}`` (task defaults to the step, index to 0, kind to
                   ``"interrupt"``)
@@ -32,7 +33,8 @@ new marker byte.
 ``failed``        a run stopped on an error after it had saved something: ``{"run_id",
                   "error"}``; the state is what the run saved, and the thread goes on
                   from there (``invoke(None, config)``)
-``branch``        time travel: the state goes back to the fold at ``{"from_seq"}``
+``branch``        time travel: the state goes back to the fold at ``{"from_seq", "by"?,
+                  "channel"?}``
 ``snapshot``      left by pruning in place of an old checkpoint: ``{"state"}`` is the whole
                   fold at that point. A reading starts at the last snapshot; the events
                   before it that pruning kept (interrupts, resumes, tool runs) are the
@@ -88,8 +90,11 @@ EVENT_KINDS = frozenset(
     }
 )
 CHECKPOINT_KINDS = frozenset({"input", "step", "update", "branch", "snapshot"})
-AUDIT_KINDS = frozenset({"interrupt", "resume", "tool_started", "tool_finished", "failed"})
-"""The events pruning keeps: every review request, answer and tool run."""
+AUDIT_KINDS = frozenset(
+    {"input", "update", "branch", "interrupt", "resume", "tool_started", "tool_finished", "failed"}
+)
+"""The events pruning keeps: who changed the thread (input, updates, forks: rule 21), every
+review request, answer and tool run."""
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "input": ("values", "next"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from handrail.checkpoint.base import PendingFilter, PendingItem, PendingOrder, ThreadFilter
+from handrail.checkpoint.base import ClaimFilter, PendingFilter, PendingItem, PendingOrder, ThreadFilter
 from handrail.errors import InvalidInputError, stored_time
 from handrail.review import refusal
 from handrail.runtime.effects import Effect, Env, StoreCall
@@ -91,8 +91,10 @@ def thread_filter(
     updated_before: datetime | float | None,
     limit: int,
     offset: int,
+    owners: ClaimFilter | None = None,
 ) -> ThreadFilter:
     """The store's filter for one listing of threads, its arguments checked."""
+    _check_owners(owners)
     if status not in (None, "idle", "running", "interrupted"):
         raise InvalidInputError(f"status must be 'idle', 'running' or 'interrupted', got {status!r}")
     if not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -120,7 +122,16 @@ def thread_filter(
         updated_before=seconds(updated_before, "updated_before"),
         limit=limit,
         offset=offset,
+        owners=owners,
     )
+
+
+def _check_owners(owners: Any) -> None:
+    if owners is not None and not isinstance(owners, ClaimFilter):
+        raise InvalidInputError(
+            "owners must be a ClaimFilter (e.g. ClaimFilter('assistant_id', ('sql',), or_missing=True)), "
+            f"got {type(owners).__name__}"
+        )
 
 
 def pending_filter(
@@ -132,8 +143,10 @@ def pending_filter(
     limit: int,
     cursor: str | None,
     order: PendingOrder = "oldest",
+    owners: ClaimFilter | None = None,
 ) -> PendingFilter:
     """The store's filter for one inbox listing, its arguments checked and its cursor read."""
+    _check_owners(owners)
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
     seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
@@ -165,6 +178,7 @@ def pending_filter(
         after=after,
         limit=limit,
         order=order,
+        owners=owners,
     )
 
 

@@ -71,8 +71,9 @@ class RunResult(NamedTuple):
 
 
 # Time travel ---------------------------------------------------------------------------------
-def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
-    """Continue from an earlier checkpoint: append a ``branch`` event back to it."""
+def _travel(env: Env, fold: ThreadFold, checkpoint_id: str, by: Any = None, channel: str = "python") -> Gen:
+    """Continue from an earlier checkpoint: append a ``branch`` event back to it (``by``:
+    who asked, rule 21)."""
     seq = seq_of_checkpoint(checkpoint_id)
     if seq == fold.checkpoint_seq:
         return fold  # the latest checkpoint: nothing to travel
@@ -86,7 +87,7 @@ def _travel(env: Env, fold: ThreadFold, checkpoint_id: str) -> Gen:
     past = yield from load(env, upto_seq=seq)
     if past.checkpoint_seq != seq:
         raise InvalidInputError(f"thread {env.thread_id!r} has no checkpoint {checkpoint_id!r}")
-    buffer(env, [Event("branch", {"from_seq": seq, "_past": past})])
+    buffer(env, [Event("branch", {"from_seq": seq, "_past": past, **rules.caller(by, channel)})])
     return fold
 
 
@@ -100,7 +101,7 @@ def run(env: Env, request: RunRequest) -> Gen:
     fold = yield from load(env, trust_cache=trusted)
     env.fold = fold
     if request.checkpoint_id is not None:
-        yield from _travel(env, fold, request.checkpoint_id)
+        yield from _travel(env, fold, request.checkpoint_id, request.reviewer, request.channel)
     alive: set[str] = (yield StoreCall("runs_alive", (env.thread_id,))) if fold.started else set()
     recovered, busy = rules.unfinished_tool_interrupts(spec, fold, alive, env.run_id)
     events = rules.start_events(
@@ -534,8 +535,17 @@ def _ran(env: Env, event: Event) -> bool:
     return event.kind == "tool_finished" and event.data["message"].tool_call_id in env.ran
 
 
-def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str | None) -> Gen:
-    """Change the state by hand (``update_state``); returns the new checkpoint's config."""
+def update_state(
+    env: Env,
+    checkpoint_id: str | None,
+    values: Any,
+    as_node: str | None,
+    by: Any = None,
+    channel: str = "python",
+) -> Gen:
+    """Change the state by hand (``update_state``); returns the new checkpoint's config.
+
+    ``by`` is who made the change and ``channel`` how it arrived (rule 21)."""
     spec = env.spec
     fold = yield from load(env)
     env.fold = fold
@@ -544,12 +554,13 @@ def update_state(env: Env, checkpoint_id: str | None, values: Any, as_node: str 
             f"as_node must be one of the agent's steps {sorted(spec.plan.step_names)}, got {as_node!r}"
         )
     if checkpoint_id is not None:  # the update is checked against the state it applies to
-        yield from _travel(env, fold, checkpoint_id)
+        yield from _travel(env, fold, checkpoint_id, by, channel)
     checked = rules.coerce_update(
         spec, values if values is not None else {}, where="update_state values", fold=fold
     )
     data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}
     data["next"] = None if as_node is not None else list(fold.next)
+    data.update(rules.caller(by, channel))
     yield Persist([Event("update", data)], flush=True, durable=True)
     spec.cache.put(fold)
     config: RunnableConfig = {

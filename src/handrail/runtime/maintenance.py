@@ -16,11 +16,12 @@ from dataclasses import replace
 from typing import Any
 
 from handrail.checkpoint.base import ThreadFilter, ThreadRead
-from handrail.checkpoint.integrity import GENESIS, is_sealed
+from handrail.checkpoint.integrity import GENESIS, head_mismatch, is_sealed
 from handrail.errors import InvalidInputError, SerializationError, short_repr, stored_time
 from handrail.messages import AIMessage, BaseMessage, ToolMessage
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode_event
+from handrail.runtime.fold import checkpoint_id_of
 from handrail.runtime.reading import anchors_of, checked_log, fold_events, start_of
 from handrail.types import AuditEntry, AuditVerification
 
@@ -156,13 +157,15 @@ def _damaged(thread_id: str, event: Event | None, exc: Exception) -> Serializati
     )
 
 
-def verify_audit(env: Env) -> Gen:
-    """Check the thread's whole log against its hash chain (SPEC rule 18)."""
+def verify_audit(env: Env, expect_head: str | None = None) -> Gen:
+    """Check the thread's whole log against its hash chain (SPEC rule 18) and, given
+    ``expect_head`` (a head hash as ``read_head`` gives it), that the log ends there."""
     try:
         read = yield StoreCall("read", (env.thread_id,), {})
     except SerializationError as exc:  # the store itself found a damaged row
-        return _broken(env.thread_id, exc, records=0, head=0, unsealed=0)
-    return verification_of(env.thread_id, read)
+        report = _broken(env.thread_id, exc, records=0, head=0, unsealed=0)
+        return replace(report, expected_head=expect_head)
+    return verification_of(env.thread_id, read, expect_head=expect_head)
 
 
 def _broken(
@@ -174,8 +177,9 @@ def _broken(
     )
 
 
-def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
-    """What checking a log read whole finds: its first record that does not match, if any.
+def verification_of(thread_id: str, read: ThreadRead, *, expect_head: str | None = None) -> AuditVerification:
+    """What checking a log read whole finds: its first record that does not match, if any,
+    and, given ``expect_head``, whether the log still ends at that head hash.
 
     A thread the store does not have is not ``ok``: there is nothing to vouch for.
     """
@@ -183,18 +187,53 @@ def verification_of(thread_id: str, read: ThreadRead) -> AuditVerification:
     unsealed = sum(1 for row in read.events if not is_sealed(row.payload))
     found = AuditVerification(thread_id, True, len(read.events), head, unsealed=unsealed)
     if read.record is None and not read.events:
-        return AuditVerification(thread_id, False, 0, 0, reason="the store has no such thread")
+        reason = "the store has no such thread"
+        if expect_head is not None:
+            reason += f" (it was expected to end at head {expect_head})"
+        return AuditVerification(thread_id, False, 0, 0, reason=reason, expected_head=expect_head)
     try:
         _, walked = checked_log(thread_id, read.events)
     except SerializationError as exc:
-        return _broken(thread_id, exc, records=len(read.events), head=head, unsealed=unsealed)
+        report = _broken(thread_id, exc, records=len(read.events), head=head, unsealed=unsealed)
+        return replace(report, expected_head=expect_head)
     last = read.events[-1].seq if read.events else 0
+    head_hash = walked.hashes[last].hex() if read.events else None
     if last != head:
         reason = f"the thread's head is record {head}, but its log ends at record {last}"
         return AuditVerification(
-            thread_id, False, len(read.events), head, min(last, head) + 1, reason, unsealed
+            thread_id, False, len(read.events), head, min(last, head) + 1, reason, unsealed, None, expect_head
         )
-    return replace(found, head_hash=walked.hashes[last].hex() if read.events else None)
+    found = replace(found, head_hash=head_hash, expected_head=expect_head)
+    if expect_head is not None:
+        mismatch = head_mismatch(expect_head, walked.hashes)
+        if mismatch is not None:
+            return replace(found, ok=False, first_bad=mismatch.seq, reason=mismatch.reason)
+    return found
+
+
+_CHANGES = frozenset({"input", "update", "branch"})
+
+
+def _change(thread_id: str, event: Event, at: Any) -> AuditEntry:
+    """The audit entry of a change to the thread: who made it, and what (rule 21)."""
+    data = event.data
+    kind = None
+    if event.kind == "input":
+        name, value = "input", data.get("metadata") or None
+    elif event.kind == "update":
+        name, value, kind = "state_updated", {"keys": sorted(data["values"])}, data.get("as_node")
+    else:
+        name, value = "forked", {"from_checkpoint": checkpoint_id_of(int(data["from_seq"]))}
+    return AuditEntry(
+        thread_id=thread_id,
+        seq=event.seq,
+        at=at,
+        event=name,  # type: ignore[arg-type]
+        value=value,
+        kind=kind,
+        by=data.get("by"),
+        channel=data.get("channel"),
+    )
 
 
 def _proposed_calls(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
@@ -257,6 +296,8 @@ def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) 
                 proposed=call or None,
             )
         ]
+    if event.kind in _CHANGES:
+        return [_change(thread_id, event, at)]
     if event.kind == "failed":
         return [
             AuditEntry(

@@ -337,6 +337,9 @@ def start_events(
 ) -> list[Event]:
     """The events that begin a run, after validating its input completely.
 
+    Input and updates say who sent them (``reviewer``: the caller's identity) and through
+    which channel (SPEC rule 21).
+
     ``recovered`` are the rule-9 interrupts found for this thread; ``busy`` a tool call
     another live run is executing. Raises before returning when the input is refused,
     so nothing is saved (rule 5).
@@ -375,12 +378,8 @@ def start_events(
             values = coerce_update(spec, run_input.update, where="Command.update", fold=fold)
             # Changing the conversation makes pending questions stale, as update_state does.
             supersede = "messages" in values
-            events.append(
-                Event(
-                    "update",
-                    {"values": values, "next": list(fold.next), "as_node": None, "supersede": supersede},
-                )
-            )
+            update = {"values": values, "next": list(fold.next), "as_node": None, "supersede": supersede}
+            events.append(Event("update", {**update, **caller(reviewer, channel)}))
         events += recovered
         if run_input.resume is not None:
             answers = target_answers(fold, pending, run_input.resume)
@@ -421,7 +420,12 @@ def start_events(
     bound = _binding(spec, fold, metadata)
     if bound:
         data["metadata"] = bound
-    return [*recovered, Event("input", data)]
+    return [*recovered, Event("input", {**data, **caller(reviewer, channel)})]
+
+
+def caller(identity: Any, channel: str) -> dict[str, Any]:
+    """Who made a change, for its event (rule 21): nothing when no identity was given."""
+    return {} if identity is None else {"by": identity, "channel": channel}
 
 
 def _binding(spec: AgentSpec, fold: ThreadFold, metadata: Mapping[str, Any] | None) -> dict[str, Any]:

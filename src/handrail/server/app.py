@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -83,11 +82,15 @@ def create_app(
                 if run.task is not None:
                     run.task.cancel()
 
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN, which the
+    # service's origin must not run. /openapi.json describes the API for any viewer.
     app = FastAPI(
         lifespan=lifespan,
         title="handrail",
         summary="Reviewed tool calls: a LangGraph Platform API subset and the reviewers' inbox",
-        version="0.1.0",
+        version=VERSION,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = service
     install(app)
@@ -104,16 +107,45 @@ def create_app(
 
     @app.get("/info", tags=["meta"])
     async def info() -> dict[str, object]:
-        """What this server is (no credential needed), as LangGraph's ``/info``."""
-        return {
-            "version": "0.1.0",
-            "handrail": True,
-            "pid": os.getpid(),
-            "flags": {"assistants": True, "crons": False},
-        }
+        """What this server is, as LangGraph's ``/info``: its version, and nothing more
+        (no credential is needed to ask)."""
+        return {"version": VERSION}
 
     app.add_middleware(BodyLimit, limit=max_body)
+    app.add_middleware(ApiHeaders)
     return app
+
+
+VERSION = "0.1.0"
+
+# What every answer that is not a page of the web inbox carries (the pages set their own,
+# ``pages/render.py``): JSON is never a document to run scripts in or to frame.
+_API_HEADERS = [
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+]
+
+
+class ApiHeaders:
+    """Give every response a Content-Security-Policy (and ``nosniff``) unless it has one."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(name, value) for name, value in _API_HEADERS if name not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 async def _trim(stores: list[Any], retention: float) -> None:

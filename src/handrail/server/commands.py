@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ipaddress
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,14 @@ def add_commands(commands: Any) -> None:
         "--name", required=True, help="who the token is: the reviewer id recorded with answers"
     )
     create.add_argument("--role", action="append", default=[], help="a role the reviewer holds (repeatable)")
+    create.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        choices=["run", "review", "admin"],
+        help="what the token may do (repeatable): run (start threads and runs, read and cancel its "
+        "own), review (the inbox, answers within its roles), admin (everything); default: review",
+    )
     _store_flags(create)
     listing = actions.add_parser("list", help="list the tokens (never the tokens themselves)")
     _store_flags(listing)
@@ -143,27 +153,37 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
         tokens = TokenStore(db)
         if args.tokens_command == "create":
             try:
-                credential, token = tokens.create(args.name, args.role)
+                credential, token = tokens.create(args.name, args.role, args.scope or ["review"])
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
             console.print(
                 f"Created token {credential.id} for {escape(credential.name)} "
-                f"(roles: {escape(', '.join(credential.roles) or 'none')})."
+                f"(roles: {escape(', '.join(credential.roles) or 'none')}; "
+                f"scopes: {', '.join(credential.scopes)})."
             )
             console.print("It is shown only this once; keep it secret:")
             console.print(token, soft_wrap=True, highlight=False)
             return 0
         if args.tokens_command == "list":
-            table = Table("id", "name", "roles", "created", "revoked")
-            for c in tokens.all():
+            table = Table("id", "name", "roles", "scopes", "created", "revoked")
+            listed = tokens.all()
+            for c in listed:
                 table.add_row(
                     c.id,
                     escape(c.name),
                     escape(", ".join(c.roles)),
+                    ", ".join(c.scopes) + (" *" if c.migrated_at is not None else ""),
                     c.created_at.isoformat(timespec="seconds"),
                     c.revoked_at.isoformat(timespec="seconds") if c.revoked_at else "",
                 )
             console.print(table)
+            if any(c.migrated_at is not None and c.revoked_at is None for c in listed):
+                console.print(
+                    "* made before tokens had scopes: given run and review, what such tokens were used "
+                    "for. Revoke it and create one with the --scope it needs (admin for deletion, state "
+                    "updates and forks).",
+                    soft_wrap=True,
+                )
             return 0
         if args.tokens_command == "link":
             return _link(db, tokens, args, console)
@@ -216,7 +236,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     app = create_app(agents, db=db, worker_concurrency=args.concurrency)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    flags = f" --postgres {args.postgres}" if args.postgres else f" --db {args.db}" if args.db else ""
+    flags = (
+        f" --postgres {masked_dsn(args.postgres)}" if args.postgres else f" --db {args.db}" if args.db else ""
+    )
     try:
         # Bound and listening before uvicorn starts, so the real port (for --port 0) can be printed.
         sock = socket.create_server((args.host, args.port), backlog=2048)
@@ -231,7 +253,14 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         soft_wrap=True,
     )
     where_at = f"http://{args.host}:{port}"
-    console.print(f"API docs: {where_at}/docs · web inbox: {where_at}/inbox", soft_wrap=True)
+    console.print(f"API: {where_at}/openapi.json · web inbox: {where_at}/inbox", soft_wrap=True)
+    if not _loopback(args.host):
+        console.print(
+            f"Warning: listening on {args.host}, beyond this machine, over plain HTTP: tokens and "
+            "session cookies cross the network in the clear. Put TLS in front (a reverse proxy that "
+            "terminates HTTPS) before reviewers use it.",
+            soft_wrap=True,
+        )
     console.print(
         f"Create a first credential: handrail tokens create --name NAME --role ROLE{flags}", soft_wrap=True
     )
@@ -308,6 +337,24 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}")
     return value
+
+
+def masked_dsn(dsn: str) -> str:
+    """A PostgreSQL DSN as it may be printed: its password replaced by ``***``.
+
+    Example::
+
+        masked_dsn("postgresql://app:s3cret@db/handrail")   # 'postgresql://app:***@db/handrail'
+    """
+    masked = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", dsn)  # URL form
+    return re.sub(r"(\bpassword\s*=\s*)('[^']*'|\S+)", r"\1***", masked, flags=re.IGNORECASE)  # key=value
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _open_store(args: argparse.Namespace) -> tuple[Any, str]:

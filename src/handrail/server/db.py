@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,13 @@ _SCHEMA = [
 ]
 
 
+# Columns added after the first release of a table: (table, column, type).
+_ADDED_COLUMNS = [
+    ("handrail_server_tokens", "scopes", "TEXT"),  # JSON list; NULL: made before scopes
+    ("handrail_server_tokens", "migrated_at", "DOUBLE PRECISION"),  # when scopes were first given
+]
+
+
 class ServerDB:
     """One connection to the service's tables, safe to share between threads.
 
@@ -68,6 +76,30 @@ class ServerDB:
         serial = "BIGSERIAL" if postgres else "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid
         for statement in _SCHEMA:
             self.execute(statement.replace("{serial}", serial))
+        for table, column, kind in _ADDED_COLUMNS:
+            self._add_column(table, column, kind)
+        self._migrate_scopes()
+
+    def _add_column(self, table: str, column: str, kind: str) -> None:
+        if self._postgres:
+            self.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}")
+            return
+        if column in {str(row[1]) for row in self.query(f"PRAGMA table_info({table})")}:
+            return
+        try:
+            self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        except sqlite3.OperationalError as exc:  # another process added it a moment ago
+            if "duplicate column" not in str(exc):
+                raise
+
+    def _migrate_scopes(self) -> None:
+        """Give tokens made before scopes existed the scopes they were used for (SPEC §5.3)."""
+        from handrail.server.tokens import MIGRATED_SCOPES
+
+        self.execute(
+            "UPDATE handrail_server_tokens SET scopes = ?, migrated_at = ? WHERE scopes IS NULL",
+            ('["' + '", "'.join(MIGRATED_SCOPES) + '"]', time.time()),
+        )
 
     @classmethod
     def open(

@@ -15,6 +15,9 @@ that reconnects with ``Last-Event-ID`` (or ``?after=ID``) gets what it missed, i
 ``run.finished``      a run ended: ``{"thread_id", "run_id", "status"}`` (``success`` or
                       ``error``) and ``thread_status`` (``interrupted``, ``idle``, ``running``)
 
+Only the threads of the agents this service serves are told of (SPEC rule 21): a
+thread another agent's program or service wrote on the same store is not.
+
 One reader per process reads the feed five times a second (and at once when this
 process records an answer) for all its streams (:class:`LiveFeed`); an idle stream
 sends a comment line every 15 seconds to keep proxies from closing it.
@@ -25,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,7 +44,6 @@ from handrail.server.problems import Problem, documented
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
-from handrail.worker import ASSISTANT_KEY
 
 __all__ = ["LiveFeed", "decode_notice", "router"]
 
@@ -67,7 +69,6 @@ class LiveFeed:
         first = service.agents[service.default_assistant]
         assert first.checkpointer is not None
         self.store: BaseCheckpointSaver = first.checkpointer
-        self._assistants: OrderedDict[str, str] = OrderedDict()  # thread -> assistant, recent ones
         self._kept: deque[FeedEntry] = deque(maxlen=self.KEPT)
         self._places: dict[str, int] = {}  # cursor -> its number in the kept window (counted from 0)
         self._count = 0  # notices read so far (the number of the next one)
@@ -136,25 +137,18 @@ class LiveFeed:
         except TimeoutError:
             pass
 
-    async def assistant_of(self, thread_id: str) -> str:
-        known = self._assistants.get(thread_id)
-        if known is None:
-            record = await self.store.aget_thread(thread_id)
-            name = None if record is None else record.metadata.get(ASSISTANT_KEY)
-            known = name if isinstance(name, str) else self.service.default_assistant
-            self._assistants[thread_id] = known
-            if len(self._assistants) > 10_000:
-                self._assistants.popitem(last=False)
-        return known
-
     async def event(self, entry: FeedEntry, credential: Credential) -> bytes | None:
-        """The SSE bytes of one feed entry for this caller, or None if it is not theirs to see."""
+        """The SSE bytes of one feed entry for this caller, or None if it is not theirs to see:
+        of a thread of an agent not served here (SPEC rule 21), or a review they may not decide."""
         data = decode_notice(entry)
         if data is None:
             return None  # a damaged notice tells nothing; the thread's own log is the truth
+        assistant = (await self.service.locate(entry.thread_id)).assistant
+        if assistant is None:
+            return None
         if entry.kind == "review.requested":
-            agent = self.service.agents.get(await self.assistant_of(entry.thread_id))
-            if agent is None or not agent.may_decide(data.get("value"), credential.reviewer):
+            agent = self.service.agents[assistant]
+            if not agent.may_decide(data.get("value"), credential.reviewer):
                 return None
         body = orjson.dumps({"thread_id": entry.thread_id, **to_wire(data)}, default=str)
         return b"id: %s\nevent: %s\ndata: %s\n\n" % (entry.cursor.encode(), entry.kind.encode(), body)

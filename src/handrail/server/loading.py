@@ -11,12 +11,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import replace
 from typing import Any
 
 from handrail.agent import Agent
 from handrail.checkpoint.base import BaseCheckpointSaver
-from handrail.runtime.spec import FoldCache
 
 __all__ = ["load_agent", "on_store", "parse_agent_flag"]
 
@@ -56,4 +54,4 @@ def parse_agent_flag(flag: str) -> tuple[str, str]:
 
 def on_store(agent: Agent, store: BaseCheckpointSaver) -> Agent:
     """The same agent, saving its threads in ``store``."""
-    return Agent(replace(agent._spec, store=store, cache=FoldCache()))
+    return agent.with_checkpointer(store)

@@ -165,25 +165,27 @@ async def inbox_page(
     order: Literal["oldest", "newest"] = "oldest",
     messages: int = 3,
 ) -> dict[str, Any]:
-    """One page of the reviews ``credential`` may decide: ``{"items": [...], "next_cursor"}``."""
-    wanted = metadata
+    """One page of the reviews ``credential`` may decide: ``{"items": [...], "next_cursor"}``.
+
+    Only the threads of the agents served here (of ``agent`` alone, when given) are listed.
+    """
     if agent is not None:
         service.agent(agent)
-        wanted = {**(wanted or {}), "assistant_id": agent}
     library = service.agents[agent or service.default_assistant]
     page = await library.alist_interrupts(
         tool=tool,
         older_than=older_than,
-        metadata=wanted,
+        metadata=metadata,
         kind=kind,
         limit=limit,
         cursor=cursor,
         reviewer=credential.reviewer,
         order=order,
+        owners=service.owners(agent),
     )
 
     async def last_messages(item: Any) -> list[Any]:
-        owner = service.agents.get(str(item.metadata.get("assistant_id")), library)
+        owner = service.agents[service.owner_of(item.metadata) or service.default_assistant]
         state = await owner.aget_state({"configurable": {"thread_id": item.thread_id}})
         return list(state.values.get("messages", []))[-messages:]
 
@@ -214,7 +216,7 @@ async def record_answer(
     with ``wait``, once the run that continued the thread paused again or ended, with
     ``run_status`` (``success`` or ``error``), ``run_error`` and the thread's ``values``.
     """
-    _, agent, _ = await service.owner(thread_id)
+    _, agent, _ = await service.owner(thread_id, fresh=True)
     store = agent.checkpointer
     assert store is not None
     before = await store.afeed_end() if wait else None
@@ -300,15 +302,19 @@ async def audit_across(
     format: str = Query("json", pattern="^(json|csv)$"),
     credential: Credential = Depends(caller),
 ) -> Response:
-    """The audit trail across threads, oldest first (JSON or CSV): each thread updated since
-    ``since`` is read from its log."""
+    """The audit trail across threads, oldest first (JSON or CSV): each thread of the agents
+    served here updated since ``since`` is read from its log."""
     service = _service(request)
-    wanted = _metadata_filter(metadata)
     if agent is not None:
         service.agent(agent)
-        wanted = {**(wanted or {}), "assistant_id": agent}
     library = service.agents[agent or service.default_assistant]
-    trail = await library.aaudit(since=since, until=until, metadata=wanted, limit=limit)
+    trail = await library.aaudit(
+        since=since,
+        until=until,
+        metadata=_metadata_filter(metadata),
+        limit=limit,
+        owners=service.owners(agent),
+    )
     entries = [audit_entry(e) for e in trail]
     if format == "json":
         return _json(entries)

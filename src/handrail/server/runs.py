@@ -30,7 +30,7 @@ from handrail.agent import Agent
 from handrail.errors import HandrailError
 from handrail.server.auth import caller
 from handrail.server.problems import Problem
-from handrail.server.service import UNBOUND, Service, ThreadRow
+from handrail.server.service import BOUND_KEYS, UNBOUND, Service, ThreadRow
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
 from handrail.types import Command
@@ -303,6 +303,8 @@ async def start_run(
 
     A run nobody will stream (``runs.wait``; ``runs.create`` without ``stream_mode``)
     keeps no events but its ``metadata``: it runs with ``ainvoke``, not ``astream``.
+    The run's assistant must be the thread's own agent, and so must any ``assistant_id``
+    or ``graph_id`` in its metadata (SPEC rule 21): a 422 otherwise, and nothing is saved.
     """
     if not isinstance(payload, Mapping):
         raise Problem(400, "the request body must be a JSON object")
@@ -315,30 +317,51 @@ async def start_run(
     if not isinstance(metadata, Mapping):
         raise Problem(422, "'metadata' must be an object")
     row: ThreadRow | None = None
+    logged, new = False, thread_id is None
     if thread_id is None:
         thread_id = str(uuid.uuid4())
-        await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
         owner = assistant_id
     else:
-        try:
-            owner, _, row = await service.owner(thread_id)
-        except Problem:
-            if payload.get("if_not_exists") != "create":
-                raise
-            await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
+        found = await service.locate(thread_id, fresh=True)  # a run reads the binding afresh
+        logged, row = found.logged, found.row
+        if found.assistant is None:
+            if found.logged or found.row is not None or payload.get("if_not_exists") != "create":
+                raise Problem(404, f"no thread {thread_id!r} is served here")
+            owner, new = assistant_id, True
+        elif row is not None and row.assistant_id == UNBOUND:  # created for no assistant: this run's
             owner = assistant_id
-        if row is not None and row.assistant_id == UNBOUND:  # its first run names its assistant
-            if await asyncio.to_thread(service.bind_thread, thread_id, assistant_id):
-                owner = assistant_id
-            else:  # another run bound it a moment ago
-                owner, _, row = await service.owner(thread_id)
+        else:
+            owner = found.assistant
     if owner != assistant_id:
         raise Problem(422, f"thread {thread_id!r} belongs to assistant {owner!r}, not {assistant_id!r}")
     config = _config(payload, thread_id, credential)
-    config["metadata"] = {**(row.metadata if row else {}), "assistant_id": assistant_id, **dict(metadata)}
+    asked = payload.get("config") or {}  # an object: _config checked it
+    named = service.check_binding(
+        thread_id,
+        owner,
+        [
+            ("the thread's metadata", row.metadata if row is not None else {}),
+            ("config.metadata", asked.get("metadata") or {}),
+            ("config.configurable", asked.get("configurable") or {}),
+            ("metadata", metadata),
+        ],
+    )
+    given = {k: v for k, v in metadata.items() if k not in BOUND_KEYS}
+    if logged:  # its log holds its binding, which no input changes: name none
+        config["metadata"] = given
+    else:  # its first input binds it (a thread created with metadata gets that too)
+        kept = {k: v for k, v in (row.metadata if row else {}).items() if k not in BOUND_KEYS}
+        config["metadata"] = {
+            **kept,
+            **given,
+            **dict.fromkeys(named, assistant_id),
+            "assistant_id": assistant_id,
+        }
     run_input = _run_input(payload)
     modes = _modes(payload)
     streamed = streamed or "stream_mode" in payload
+    if new:  # checked: now the service may keep it
+        await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
     return _registry(service).start(
         agent, assistant_id, thread_id, run_input, config, modes if streamed else [], dict(metadata)
     )

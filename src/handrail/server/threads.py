@@ -2,7 +2,9 @@
 
 Each served agent is an assistant whose ``assistant_id`` and ``graph_id`` are its name.
 A thread's status is ``busy`` while a run of this process works on it, ``interrupted``
-while reviews wait, else ``idle``.
+while reviews wait, else ``idle``. Only the threads of the agents served here exist for
+these routes (SPEC rule 21, ``service.py``): another agent's thread is a 404, and a
+search never finds it.
 """
 
 from __future__ import annotations
@@ -111,16 +113,20 @@ async def _thread_json(
         status = "interrupted"
     else:
         status = "idle"
-    created = row.created_at.isoformat() if row else None
-    updated = datetime.fromtimestamp(record.updated_at, UTC).isoformat() if record is not None else created
-    metadata = {**(row.metadata if row else {}), **(dict(record.metadata) if record else {})}
+    if record is not None:  # its log: the first input wrote what it was created with
+        created = datetime.fromtimestamp(record.created_at, UTC).isoformat()
+        updated = datetime.fromtimestamp(record.updated_at, UTC).isoformat()
+        metadata = dict(record.metadata)
+    else:  # created and not run yet
+        created = updated = row.created_at.isoformat() if row else _EPOCH
+        metadata = dict(row.metadata) if row else {}
     metadata.setdefault("assistant_id", assistant)
     metadata.setdefault("graph_id", assistant)
     interrupts = [to_wire(i) for i in snapshot.interrupts]
     return {
         "thread_id": thread_id,
-        "created_at": created or updated,
-        "updated_at": updated or created,
+        "created_at": created,
+        "updated_at": updated,
         "metadata": to_wire(metadata),
         "status": status,
         "values": to_wire(snapshot.values),
@@ -142,22 +148,26 @@ async def create_thread(
     if not isinstance(thread_id, str):
         raise Problem(422, "'thread_id' must be a string")
     # named, or left for the thread's first run to choose (as LangGraph's server does)
-    assistant = metadata.get("graph_id") or metadata.get("assistant_id") or UNBOUND
-    if assistant != UNBOUND:
-        service.agent(str(assistant))
+    named: set[str] = set()
+    for key in ("graph_id", "assistant_id"):
+        if metadata.get(key):
+            served = service.key_of(metadata[key])  # an assistant, or a name one is hosted under
+            if served is None:
+                raise Problem(
+                    404, f"no assistant {metadata[key]!r:.100}; this service serves {sorted(service.agents)}"
+                )
+            named.add(served)
+    if len(named) > 1:
+        raise Problem(422, f"'metadata' names two assistants {sorted(named)}; a thread belongs to one")
+    assistant = named.pop() if named else UNBOUND
     if body.get("if_exists") not in (None, "raise", "do_nothing"):
         raise Problem(422, f"if_exists={body['if_exists']!r} is not supported; use 'raise' or 'do_nothing'")
-    exists = await service.athread_row(thread_id) is not None
-    if not exists:
-        store = service.agents[
-            service.default_assistant if assistant == UNBOUND else str(assistant)
-        ].checkpointer
-        exists = store is not None and await store.aget_thread(thread_id) is not None
-    if exists:
+    found = await service.locate(thread_id)
+    if found.logged or found.row is not None:
         if body.get("if_exists") == "do_nothing":
             return _json(await _thread_json(service, thread_id))
         raise Problem(409, f"thread {thread_id!r} exists already")
-    await asyncio.to_thread(service.add_thread, thread_id, str(assistant), dict(metadata))
+    await asyncio.to_thread(service.add_thread, thread_id, assistant, dict(metadata))
     return _json(await _thread_json(service, thread_id))
 
 
@@ -191,7 +201,9 @@ async def search_threads(
     service = _service(request)
     agent = service.agents[service.default_assistant]
     store_status = {"busy": "running"}.get(status, status) if status else None
-    records = await agent.alist_threads(metadata=metadata, status=store_status, limit=limit, offset=offset)
+    records = await agent.alist_threads(
+        metadata=metadata, status=store_status, limit=limit, offset=offset, owners=service.owners()
+    )
     # the threads of a page are read at once, not one after another
     return _json(list(await asyncio.gather(*(_thread_json(service, r.thread_id, r) for r in records))))
 
@@ -249,7 +261,7 @@ async def delete_thread(
 ) -> Response:
     """Delete a thread and its whole log."""
     service = _service(request)
-    _, agent, _ = await service.owner(thread_id)
+    _, agent, _ = await service.owner(thread_id, fresh=True)
     await agent.adelete_thread(thread_id)
     await asyncio.to_thread(service.drop_thread, thread_id)
     return Response(status_code=204)

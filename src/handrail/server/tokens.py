@@ -8,6 +8,15 @@ A token reads ``hr_<id>_<secret>``: the id finds the row, the hash is compared i
 constant time. A service process remembers a verified token for :data:`REMEMBER_SECONDS`
 (a request then costs no query); a revoked token is refused at once by the process that
 revoked it, and by every other one within that time.
+
+Scopes (SPEC §5.3) say what a token may do besides answering within its roles:
+``run`` (start threads and runs, send input, read and cancel the threads it started),
+``review`` (the inbox, answers within its roles, read the threads it may decide or has
+decided) and ``admin`` (everything: every thread, state updates, forks from a
+checkpoint, deletion). A token made without ``--scope`` gets ``review`` only. No scope
+lifts the gate: an admin answers as a reviewer, with its roles. A token made before
+scopes existed is given ``run`` and ``review`` (what such tokens were used for) the first
+time a service opens its tables, and ``tokens list`` says so.
 """
 
 from __future__ import annotations
@@ -17,14 +26,23 @@ import hmac
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import orjson
 
 from handrail.server.db import ServerDB
 
-__all__ = ["REMEMBER_SECONDS", "Credential", "TokenStore", "database_key"]
+__all__ = ["MIGRATED_SCOPES", "REMEMBER_SECONDS", "SCOPES", "Credential", "TokenStore", "database_key"]
+
+SCOPES = ("run", "review", "admin")
+"""What a token may do (SPEC §5.3); ``admin`` includes the other two."""
+
+DEFAULT_SCOPES = ("review",)
+"""The scopes of a token made without any: deny by default."""
+
+MIGRATED_SCOPES = ("run", "review")
+"""The scopes given to a token made before scopes existed."""
 
 REMEMBER_SECONDS = 1.0
 """How long a service process trusts a token it verified before it reads the row again."""
@@ -44,11 +62,17 @@ class Credential:
     roles: tuple[str, ...]
     created_at: datetime
     revoked_at: datetime | None
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+    migrated_at: datetime | None = None  # when a token made before scopes was given its scopes
 
     @property
     def reviewer(self) -> dict[str, object]:
         """The reviewer handrail records: ``{"id": name, "roles": [...]}``."""
         return {"id": self.name, "roles": list(self.roles)}
+
+    def has(self, scope: str) -> bool:
+        """Whether the token holds ``scope`` (``admin`` holds every scope)."""
+        return scope in self.scopes or "admin" in self.scopes
 
 
 class TokenStore:
@@ -70,8 +94,14 @@ class TokenStore:
     def _digest(self, token: str) -> str:
         return hmac.new(self._key, token.encode(), hashlib.sha256).hexdigest()
 
-    def create(self, name: str, roles: list[str] | tuple[str, ...] = ()) -> tuple[Credential, str]:
-        """A new token for reviewer ``name`` with ``roles``; the token is returned only here."""
+    def create(
+        self,
+        name: str,
+        roles: list[str] | tuple[str, ...] = (),
+        scopes: list[str] | tuple[str, ...] = DEFAULT_SCOPES,
+    ) -> tuple[Credential, str]:
+        """A new token for reviewer ``name`` with ``roles`` and ``scopes`` (``review`` when
+        none is given); the token is returned only here."""
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(
                 f"a token's name must be 1-100 letters, digits or . _ @ - (starting with a letter or "
@@ -80,20 +110,32 @@ class TokenStore:
         for role in roles:
             if not isinstance(role, str) or not _NAME.match(role):
                 raise ValueError(f"a role must be 1-100 letters, digits or . _ @ -, got {role!r}")
+        unknown = [s for s in scopes if s not in SCOPES]
+        if unknown or not scopes:
+            raise ValueError(f"a token's scopes are some of {list(SCOPES)}, got {list(scopes)!r}")
         token_id = secrets.token_hex(8)
         token = f"hr_{token_id}_{secrets.token_urlsafe(32)}"
         now = time.time()
         unique_roles = tuple(dict.fromkeys(roles))
+        unique_scopes = tuple(s for s in SCOPES if s in scopes)
         self._db.execute(
-            "INSERT INTO handrail_server_tokens (id, name, roles, digest, created_at) VALUES (?, ?, ?, ?, ?)",
-            (token_id, name, orjson.dumps(list(unique_roles)).decode(), self._digest(token), now),
+            "INSERT INTO handrail_server_tokens (id, name, roles, digest, created_at, scopes) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                token_id,
+                name,
+                orjson.dumps(list(unique_roles)).decode(),
+                self._digest(token),
+                now,
+                orjson.dumps(list(unique_scopes)).decode(),
+            ),
         )
-        return Credential(token_id, name, unique_roles, _at(now), None), token
+        return Credential(token_id, name, unique_roles, _at(now), None, unique_scopes), token
 
     def all(self) -> list[Credential]:
         """Every token, revoked ones too, oldest first."""
         rows = self._db.query(
-            "SELECT id, name, roles, created_at, revoked_at FROM handrail_server_tokens "
+            "SELECT id, name, roles, created_at, revoked_at, scopes, migrated_at FROM handrail_server_tokens "
             "ORDER BY created_at, id"
         )
         return [_credential(row) for row in rows]
@@ -108,7 +150,7 @@ class TokenStore:
                 (now, credential.id),
             )
         self._verified.clear()
-        return [Credential(c.id, c.name, c.roles, c.created_at, _at(now)) for c in targets]
+        return [replace(c, revoked_at=_at(now)) for c in targets]
 
     def remembered(self, token: str) -> Credential | None:
         """The credential of a token verified within :data:`REMEMBER_SECONDS`, if any (no query)."""
@@ -122,7 +164,8 @@ class TokenStore:
     def by_id(self, token_id: str) -> Credential | None:
         """The live credential of the token with this id (None when unknown or revoked)."""
         rows = self._db.query(
-            "SELECT id, name, roles, created_at, revoked_at FROM handrail_server_tokens WHERE id = ?",
+            "SELECT id, name, roles, created_at, revoked_at, scopes, migrated_at FROM handrail_server_tokens "
+            "WHERE id = ?",
             (token_id,),
         )
         if not rows or rows[0][4] is not None:
@@ -141,15 +184,16 @@ class TokenStore:
             return None
         digest = self._digest(token)
         rows = self._db.query(
-            "SELECT id, name, roles, created_at, revoked_at, digest FROM handrail_server_tokens WHERE id = ?",
+            "SELECT id, name, roles, created_at, revoked_at, scopes, migrated_at, digest "
+            "FROM handrail_server_tokens WHERE id = ?",
             (match.group(1),),
         )
         if not rows:
             return None
         row = rows[0]
-        if row[4] is not None or not hmac.compare_digest(str(row[5]), digest):
+        if row[4] is not None or not hmac.compare_digest(str(row[7]), digest):
             return None
-        credential = _credential(row[:5])
+        credential = _credential(row[:7])
         if len(self._verified) > 10_000:
             self._verified.clear()
         self._verified[digest] = (credential, _clock() + REMEMBER_SECONDS)
@@ -172,11 +216,14 @@ def _at(seconds: float) -> datetime:
 
 
 def _credential(row: tuple[object, ...]) -> Credential:
-    token_id, name, roles, created_at, revoked_at = row
+    token_id, name, roles, created_at, revoked_at, scopes, migrated_at = row
     return Credential(
         id=str(token_id),
         name=str(name),
         roles=tuple(orjson.loads(str(roles))),
         created_at=_at(float(created_at)),  # type: ignore[arg-type]
         revoked_at=_at(float(revoked_at)) if revoked_at is not None else None,  # type: ignore[arg-type]
+        # a row no service has opened since scopes came (migrate_scopes runs when one does)
+        scopes=tuple(orjson.loads(str(scopes))) if scopes is not None else MIGRATED_SCOPES,
+        migrated_at=_at(float(migrated_at)) if migrated_at is not None else None,  # type: ignore[arg-type]
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -131,7 +132,7 @@ def inbox_entry(item: PendingInterrupt, last_messages: Sequence[Any]) -> dict[st
 
 AUDIT_FIELDS = [
     *("thread_id", "seq", "at", "event", "interrupt_id", "kind", "reviewer", "channel"),
-    *("tool_call_id", "tool", "args", "proposed", "value", "result"),
+    *("tool_call_id", "tool", "args", "proposed", "value", "result", "by"),
 ]
 
 
@@ -141,12 +142,35 @@ def audit_entry(entry: AuditEntry) -> dict[str, Any]:
 
 
 def audit_csv(entries: Sequence[Mapping[str, Any]]) -> str:
-    """Audit entries (as :func:`audit_entry` gives them) as CSV, nested values as JSON."""
+    """Audit entries (as :func:`audit_entry` gives them) as CSV, nested values as JSON.
+
+    Tool arguments, messages and reviewer names are untrusted, and a spreadsheet may run a
+    cell that starts with ``=``, ``+``, ``-`` or ``@`` as a formula (some read past a
+    leading tab or carriage return first). Such a cell gets a leading single quote (``'=1+1``), as
+    OWASP advises against CSV injection, and so does a cell that starts with a quote
+    already, so the rule can be undone exactly: take one leading ``'`` off every cell
+    that starts with one. A plain number (``-5``, ``-2.5``, ``1e-3``) is left as it is,
+    since a spreadsheet reads it as a number, never as a formula. The result is ordinary
+    CSV (Python's :mod:`csv` reads it back cell for cell).
+    """
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=AUDIT_FIELDS)
     writer.writeheader()
     for entry in entries:
-        writer.writerow(
-            {k: v if isinstance(v, str) or v is None else orjson.dumps(v).decode() for k, v in entry.items()}
-        )
+        writer.writerow({key: _csv_cell(value) for key, value in entry.items()})
     return out.getvalue()
+
+
+_FORMULA_START = frozenset("=+-@\t\r'")
+_PLAIN_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+
+
+def _csv_cell(value: Any) -> str:
+    """One CSV cell: text as it is, anything else as JSON; neutralised if a spreadsheet
+    would read it as a formula (see :func:`audit_csv`)."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    if text[:1] in _FORMULA_START and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text

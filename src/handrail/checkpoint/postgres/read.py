@@ -7,7 +7,9 @@ per filtered entry, joined on the page key, so that the planner walks the most
 selective and merges the others. ``pending_metadata`` holds the entries whose value is
 a number, a boolean, null or a string of at most 200 bytes (keys too); a filter on
 another value (a list, an object, a long string) is compared on the thread's row.
-Metadata filters compare JSON values (``true`` is not ``1``, as it is in Python).
+Metadata filters compare JSON values (``true`` is not ``1``, as it is in Python). An
+owners filter (the agents a process hosts) is compared on the thread's row, except one
+that names a single agent: that one is a metadata entry like any other.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from handrail.checkpoint._records import (
     record_from_row,
 )
 from handrail.checkpoint.base import (
+    ClaimFilter,
     PendingFilter,
     PendingItem,
     PendingReview,
@@ -98,6 +101,12 @@ class ReadSQL(Tables):
             params.append(filter.updated_before)
         if filter.metadata:
             where += _metadata_clauses(filter.metadata, params)
+        if filter.owners is not None:
+            exact = _exact_owner(filter.owners, filter.metadata)
+            if exact is not None:  # one name: containment, which the GIN index answers
+                where += _metadata_clauses(dict([exact]), params)
+            else:
+                where.append(_owners_clause(filter.owners, params))
         sql = self.record_select + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY t.updated_at DESC, t.thread_id LIMIT %s OFFSET %s"
         params += [max(filter.limit, 0), max(filter.offset, 0)]
@@ -125,6 +134,11 @@ class ReadSQL(Tables):
         if filter.tool is not None:
             indexes.append(("o", self.pending_tools, "o.tool = %s", [filter.tool]))
         indexed = _indexed_entries(filter.metadata)
+        owners = filter.owners
+        exact = None if owners is None else _exact_owner(owners, filter.metadata)
+        if exact is not None and _indexed(*exact):  # one name: walked like a metadata entry
+            indexed.append((exact[0], dumps(exact[1], where="the owners filter").decode()))
+            owners = None
         for key, value in indexed:
             m = f"m{len(indexes)}"
             condition = f"{m}.key = %s AND {m}.value = %s::jsonb"
@@ -170,6 +184,8 @@ class ReadSQL(Tables):
         unindexed = {k: v for k, v in (filter.metadata or {}).items() if str(k) not in dict(indexed)}
         if unindexed:
             where += _metadata_clauses(unindexed, params)
+        if owners is not None:  # on the thread's row: the walk in page order stays as it is
+            where.append(_owners_clause(owners, params))
         sql = (
             "SELECT p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload, "
             f"t.metadata::text FROM {source} JOIN {self.threads} AS t ON t.thread_id = p.thread_id"
@@ -233,6 +249,35 @@ def _indexed(key: str, value: Any) -> bool:
         return isinstance(value, str) and len(value.encode()) <= INDEXED_BYTES
     except UnicodeEncodeError:  # a lone surrogate: never stored, so never indexed
         return False
+
+
+def _exact_owner(owners: ClaimFilter, metadata: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """The one (key, name) an owners filter stands for, when it is a plain equality.
+
+    Only for a single name, not ``or_missing``, on a key the metadata filter does not
+    name as well: then the filter is the metadata entry ``{key: name}`` (a JSON string
+    equals only a string), and the indexes of metadata filters answer it.
+    """
+    if owners.or_missing or len(owners.values) != 1 or owners.key in (metadata or {}):
+        return None
+    return owners.key, owners.values[0]
+
+
+def _owners_clause(owners: ClaimFilter, params: list[Any]) -> str:
+    """``ClaimFilter.matches`` on the thread's row, in one expression.
+
+    ``t.metadata -> key`` is the JSON value (SQL NULL when the key is missing), and jsonb
+    equality is exact: a name (a JSON string) equals only that string. ``array_position``
+    compares with ``IS NOT DISTINCT FROM``, so a NULL in the array stands for "missing".
+    The planner cannot see into the call and takes most rows to pass, so the inbox keeps
+    walking its index in page order and stops after a page (it filters the threads it
+    meets), rather than reading every thread to sort their reviews.
+    """
+    names: list[str | None] = [orjson.dumps(name).decode() for name in owners.values]
+    if owners.or_missing:
+        names.append(None)
+    params += [names, owners.key]
+    return "array_position(%s::jsonb[], t.metadata -> %s) IS NOT NULL"
 
 
 def _metadata_clauses(metadata: Any, params: list[Any]) -> list[str]:

@@ -17,13 +17,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from handrail.checkpoint._records import Migration, metadata_filter_matches
+from handrail.checkpoint._records import Migration, metadata_filter_matches, owners_filter_matches
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.checkpoint.sqlite import _schema as schema
 from handrail.errors import ConfigurationError, SerializationError
@@ -92,18 +92,24 @@ class _Connections(BaseCheckpointSaver):
     def _register_functions(self, conn: sqlite3.Connection) -> None:
         failure = self._failure
 
-        def matches(thread_id: Any, stored: Any, wanted: bytes) -> int:
-            # the id comes as bytes: sqlite3 would refuse text that is not UTF-8 (damage)
-            # before this function could name the thread
-            if isinstance(thread_id, bytes):
-                thread_id = _text_or_bytes(thread_id)
-            try:
-                return int(metadata_filter_matches(thread_id, stored, wanted))
-            except SerializationError as exc:
-                failure.error = exc  # sqlite3 only reports "user-defined function raised exception"
-                raise
+        def checked(test: Callable[[Any, Any, bytes], bool]) -> Callable[[Any, Any, bytes], int]:
+            def matches(thread_id: Any, stored: Any, wanted: bytes) -> int:
+                # the id comes as bytes: sqlite3 would refuse text that is not UTF-8 (damage)
+                # before this function could name the thread
+                if isinstance(thread_id, bytes):
+                    thread_id = _text_or_bytes(thread_id)
+                try:
+                    return int(test(thread_id, stored, wanted))
+                except SerializationError as exc:
+                    failure.error = exc  # sqlite3 only reports "user-defined function raised exception"
+                    raise
 
-        conn.create_function("handrail_metadata_matches", 3, matches, deterministic=True)
+            return matches
+
+        conn.create_function(
+            "handrail_metadata_matches", 3, checked(metadata_filter_matches), deterministic=True
+        )
+        conn.create_function("handrail_owners_match", 3, checked(owners_filter_matches), deterministic=True)
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:

@@ -19,6 +19,7 @@ from handrail.checkpoint._records import (
     check_thread_id,
     damaged,
     decode_metadata,
+    encode_owners,
     event_from_row,
     pending_from_row,
     record_from_row,
@@ -93,6 +94,9 @@ class _Reads(_Connections):
         if filter.metadata:
             where.append("handrail_metadata_matches(CAST(thread_id AS BLOB), metadata, ?)")
             params.append(dumps(dict(filter.metadata), where="the metadata filter"))
+        if filter.owners is not None:
+            where.append("handrail_owners_match(CAST(thread_id AS BLOB), metadata, ?)")
+            params.append(encode_owners(filter.owners))
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         clause += " ORDER BY updated_at DESC, thread_id LIMIT ? OFFSET ?"
         params += [max(filter.limit, 0), max(filter.offset, 0)]
@@ -154,6 +158,9 @@ class _Reads(_Connections):
         if filter.metadata:
             where.append("handrail_metadata_matches(CAST(t.thread_id AS BLOB), t.metadata, ?)")
             params.append(dumps(dict(filter.metadata), where="the metadata filter"))
+        if filter.owners is not None:  # on the thread's row, as the metadata filter: the walk keeps its index
+            where.append("handrail_owners_match(CAST(t.thread_id AS BLOB), t.metadata, ?)")
+            params.append(encode_owners(filter.owners))
         sql = (
             f"SELECT {_PENDING_COLUMNS}, t.metadata FROM {source} "
             "JOIN handrail_threads AS t ON t.thread_id = p.thread_id"

@@ -263,16 +263,14 @@ async def inbox_row(request: Request) -> Response:
         _, agent, _ = await service.owner(thread_id)
     except Problem:
         return Response(status_code=204)
-    wanted = filters.metadata()
-    if filters.agent is not None:
-        wanted = {**(wanted or {}), "assistant_id": filters.agent}
     page = await agent.alist_interrupts(
         thread_id=thread_id,
         tool=filters.tool,
         kind=filters.kind,
-        metadata=wanted,
+        metadata=filters.metadata(),
         reviewer=me.credential.reviewer,
         limit=100,
+        owners=service.owners(filters.agent),
     )
     for item in page.items:
         if item.interrupt.id == interrupt_id:

@@ -93,7 +93,7 @@ async def thread_page(request: Request, thread_id: str) -> Response:
         )
     store = agent.checkpointer
     record = await store.aget_thread(thread_id) if store is not None else None
-    metadata = {**(row.metadata if row else {}), **(dict(record.metadata) if record else {})}
+    metadata = dict(record.metadata) if record else dict(row.metadata) if row else {}
     return render(
         request,
         "thread.html",
