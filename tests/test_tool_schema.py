@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import keyword
 import subprocess
 import sys
 from typing import Any
@@ -18,7 +19,10 @@ from hypothesis import strategies as st
 from handrail import tool
 from handrail.tools import Tool, ToolArgumentsError
 
-_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(lambda n: n not in ("self", "cls"))
+# a parameter's name: no Python keyword (no function can have one), not self or cls
+_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(
+    lambda n: n not in ("self", "cls") and not keyword.iskeyword(n)
+)
 _KINDS = st.sampled_from([str, int, float, bool])
 _DEFAULTS = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=5) | st.floats(-2, 2)
 
