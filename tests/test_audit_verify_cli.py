@@ -104,13 +104,29 @@ class Backend:
 
     def cut_tail(self, thread_id: str, count: int) -> int:
         """Delete the last ``count`` events of a thread and lower its head to match, as someone
-        with write access to the database would; return the new head."""
-        events = self.sql("SELECT seq FROM {p}events WHERE thread_id = {ph} ORDER BY seq", (thread_id,))
-        seqs = [row[0] for row in events]
-        head = seqs[-count - 1]
+        with write access to the database would - its row sealed anew at that head, as
+        handrail seals one (a seal finds damage, not a writer who computes it again); return
+        the new head."""
+        from handrail.checkpoint.seals import thread_digest, thread_seal
+
+        events = self.sql(
+            "SELECT seq, payload FROM {p}events WHERE thread_id = {ph} ORDER BY seq", (thread_id,)
+        )
+        head, payload = events[-count - 1]
+        head_hash = bytes(payload)[1:33]
         self.sql(f"DELETE FROM {{p}}events WHERE thread_id = {{ph}} AND seq > {head}", (thread_id,))
         self.sql(f"DELETE FROM {{p}}readings WHERE thread_id = {{ph}} AND seq > {head}", (thread_id,))
-        self.sql(f"UPDATE {{p}}threads SET head_seq = {head} WHERE thread_id = {{ph}}", (thread_id,))
+        ((status, epoch, created, updated, metadata, pending),) = self.sql(
+            "SELECT status, epoch, created_at, updated_at, CAST(metadata AS TEXT), pending_count "
+            "FROM {p}threads WHERE thread_id = {ph}",
+            (thread_id,),
+        )
+        digest = thread_digest(thread_id, head, head_hash, status, epoch, created, updated, pending)
+        raw = metadata if isinstance(metadata, bytes) else metadata.encode()
+        self.sql(
+            "UPDATE {p}threads SET head_seq = {ph}, head_hash = {ph}, seal = {ph} WHERE thread_id = {ph}",
+            (head, head_hash, thread_seal(digest, raw), thread_id),
+        )
         return head
 
 

@@ -1,12 +1,16 @@
 """``handrail audit verify`` (SPEC rule 18): checks stored threads against their hash chains
 and names the first record that does not match; exit 0 when intact, 1 when not, 2 for a
-mistake on the command line."""
+mistake on the command line. And ``handrail audit`` across threads, where a deleted thread
+shows as the record its deletion left (SPEC rule 21)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import sqlite3
 from pathlib import Path
 
+import orjson
 import pytest
 
 from handrail import Command, HumanInTheLoopMiddleware, ScriptedModel, SqliteSaver, create_agent, tool
@@ -71,3 +75,80 @@ def test_mistakes_on_the_command_line_exit_2(
     _store(db)
     assert main([*argv, "--db", str(db)]) == 2
     assert "handrail: error:" in capsys.readouterr().err
+
+
+# handrail audit, across threads: deletions (SPEC rule 21) -----------------------------------------
+AGENT_MODULE = """
+from handrail import ScriptedModel, create_agent
+
+agent = create_agent(ScriptedModel([]), tools=[])
+"""
+WHO = {"id": "ops\x1b[2J\u202e", "roles": ["admin"]}  # a name with an escape sequence and a bidi override
+
+
+def _deleted_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], str]:
+    """The store of ``_store`` with t1 deleted by ``WHO``; the flags that reach it, and t1's head hash."""
+    db = tmp_path / "threads.db"
+    _store(db)
+    (tmp_path / "audit_cli_agent.py").write_text(AGENT_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "250")  # one table line per entry, the head hash whole
+    with SqliteSaver(db) as saver:
+        agent = create_agent(ScriptedModel([]), [], checkpointer=saver)
+        head = agent.verify_audit(config("t1")).head_hash
+        assert head is not None and agent.delete_thread("t1", by=WHO)
+    return ["--db", str(db), "--agent", "audit_cli_agent:agent"], head
+
+
+def test_the_audit_across_threads_shows_who_deleted_a_thread_and_its_head(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flags, head = _deleted_store(tmp_path, monkeypatch)
+    assert main(["audit", *flags]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "thread_deleted" in line]
+    assert "t1" in line and f"head hash {head}" in line and "ended at record 11" in line
+    assert "ops\\x1b[2J\\u202e" in line  # shown as escapes ...
+    assert "\x1b" not in out and "\u202e" not in out  # ... never written raw
+    assert "t2" in out and "answered" in out  # the live thread's entries, around it
+
+    assert main(["audit", *flags, "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out, newline="")))
+    (deleted,) = [row for row in rows if row["event"] == "thread_deleted"]
+    assert deleted["thread_id"] == "t1" and deleted["seq"] == "11"
+    assert orjson.loads(deleted["by"]) == WHO
+    assert orjson.loads(deleted["value"]) == {"head_seq": 11, "head_hash": head, "metadata": {}}
+    assert [row["at"] for row in rows] == sorted(row["at"] for row in rows)
+
+    # the window: the deletion is the newest entry
+    assert main(["audit", *flags, "--csv", "--since", deleted["at"]]) == 0
+    assert [row["event"] for row in csv.DictReader(io.StringIO(capsys.readouterr().out))] == [
+        "thread_deleted"
+    ]
+    assert main(["audit", *flags, "--csv", "--until", "2000-01-01", "--limit", "5"]) == 0
+    assert list(csv.DictReader(io.StringIO(capsys.readouterr().out))) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "said"),
+    [
+        (["audit", "t1", "--since", "0"], 1, "--since, --until and --limit pick entries across threads"),
+        (["audit", "t1", "t2"], 1, "takes one thread id, or none"),
+        (["audit", "--since", "soon\x1b[2J"], 2, "not a time: 'soon\\x1b[2J'"),
+        (["audit", "--until", "nan"], 2, "not a time"),
+        (["audit", "verify", "t1", "--since", "0"], 2, "--since, --until and --limit pick the audit trail"),
+        (["audit", "--limit", "0"], 1, "limit must be an integer from 1"),
+    ],
+)
+def test_mistakes_in_the_audit_across_threads(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    code: int,
+    said: str,
+) -> None:
+    flags, _ = _deleted_store(tmp_path, monkeypatch)
+    assert main([*argv, *flags]) == code
+    err = capsys.readouterr().err
+    assert said in " ".join(err.split()) and "\x1b" not in err

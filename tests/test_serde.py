@@ -251,12 +251,14 @@ def _inbox_entry(agent: Any) -> PendingReview:
 
 
 def _store_inbox_payload(agent: Any, payload: bytes) -> None:
-    """Put ``payload`` in place of the inbox payload of t1's review, as a store would hold it."""
+    """Put ``payload`` in place of the inbox payload of t1's review, as a store would hold it:
+    written by an append (with no event), so that the in-memory store seals it as it is."""
     from dataclasses import replace
 
     store = agent.checkpointer
     record = store._records["t1"]
-    store._records["t1"] = replace(record, pending=(replace(record.pending[0], payload=payload),))
+    held = replace(record, pending=(replace(record.pending[0], payload=payload),))
+    store.append("t1", [], expected_seq=record.head_seq, record=held)
 
 
 def test_a_damaged_inbox_entry_names_the_thread_and_interrupt(make_agent: AgentFactory) -> None:

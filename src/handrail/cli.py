@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("choose a command, e.g. demo, serve, tokens or inbox (see 'handrail --help')")
         if args.command == "demo":
             return _demo(args, errors)
-        if args.command == "audit" and args.thread_id[0] == "verify":
+        if args.command == "audit" and args.thread_id[:1] == ["verify"]:
             from handrail import cli_audit
 
             return cli_audit.run(args, _open_store, UsageError)

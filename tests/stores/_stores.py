@@ -40,6 +40,7 @@ from handrail import (
 from handrail.agent import Agent
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    DeletionRecord,
     FeedEntry,
     PendingFilter,
     PendingItem,
@@ -230,8 +231,12 @@ class Store:
         result: list[PendingItem] = await self._call("list_pending", filter or PendingFilter(**options))
         return result
 
-    async def delete_thread(self, thread_id: str) -> bool:
-        result: bool = await self._call("delete_thread", thread_id)
+    async def delete_thread(self, thread_id: str, **extra: Any) -> bool:
+        result: bool = await self._call("delete_thread", thread_id, **extra)
+        return result
+
+    async def list_deletions(self, **options: Any) -> list[DeletionRecord]:
+        result: list[DeletionRecord] = await self._call("list_deletions", **options)
         return result
 
     async def claim_run(self, thread_id: str, run_id: str) -> None:

@@ -627,7 +627,15 @@ def test_a_version_2_schema_gets_saved_readings_and_keeps_its_threads(postgres: 
     """Version 3 adds handrail_readings: a thread written before it reads whole, then gets one."""
     with _Version2.from_conn_string(postgres, schema=schema) as old:
         old.setup()
-        old.append("t", events(1, 3), expected_seq=0, record=record("t", 3))
+    # the thread as that version wrote it
+    _sql(postgres, schema, "INSERT INTO handrail_threads VALUES ('t', 3, 'idle', 'e', 1.0, 2.0, '{}', 0)")
+    for event in events(1, 3):
+        _sql(
+            postgres,
+            schema,
+            "INSERT INTO handrail_events VALUES ('t', %s, %s, %s, %s)",
+            (event.seq, event.kind, event.created_at, event.payload),
+        )
     with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
         read = saver.read("t", from_reading=True)
         assert read.reading is None and [e.seq for e in read.events] == [1, 2, 3]

@@ -43,6 +43,9 @@ def test_migration_4_seals_the_events_of_an_older_schema_and_its_threads_go_on(
             conn.execute(f'DROP TRIGGER handrail_queue_notify ON "{schema}".handrail_runs')
             conn.execute(f'DROP FUNCTION "{schema}".handrail_queue_notify()')
             conn.execute(f'ALTER TABLE "{schema}".handrail_runs ALTER COLUMN owner_key SET NOT NULL')
+            conn.execute(f'DROP TABLE "{schema}".handrail_deletions')  # and what version 6 added
+            for table, column in (("threads", "head_hash"), ("threads", "seal"), ("pending", "seal")):
+                conn.execute(f'ALTER TABLE "{schema}".handrail_{table} DROP COLUMN {column}')  # and 7's
         assert not any(is_sealed(payload) for payload in _rows(dsn, schema).values())
 
         with PostgresSaver.from_conn_string(dsn, schema=schema, pool_size=2) as saver:

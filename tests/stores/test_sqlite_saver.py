@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,22 @@ def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> N
     path = tmp_path / "v1.db"
     review = PendingReview("i1", "interrupt", ("write_file",), 5.0, b'{"a": 1}')
     old = _Version1(path)  # left open: its run stays alive
-    old.append("t", events(1, 3), expected_seq=0, record=record("t", 3))
-    old.append("u", events(1, 1), expected_seq=0, record=record("u", 1, (review,)), claim="r1")
+    with closing(sqlite3.connect(path)) as conn, conn:  # the rows as that version wrote them
+        for thread_id, head, status, count in (("t", 3, "idle", 0), ("u", 1, "interrupted", 1)):
+            conn.executemany(
+                "INSERT INTO handrail_events VALUES (?, ?, ?, ?, ?)",
+                [(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events(1, head)],
+            )
+            conn.execute(
+                "INSERT INTO handrail_threads VALUES (?, ?, ?, 'e', 1.0, 2.0, x'7b7d', ?)",
+                (thread_id, head, status, count),
+            )
+        conn.execute(
+            "INSERT INTO handrail_pending VALUES ('u', 'i1', 0, 'interrupt', '[\"write_file\"]', 5.0, ?)",
+            (review.payload,),
+        )
+        conn.execute("INSERT INTO handrail_pending_tools VALUES ('write_file', 5.0, 'u', 'i1')")
+    old.claim_run("u", "r1")
     with SqliteSaver(path) as saver:
         assert [e.seq for e in saver.read("t").events] == [1, 2, 3]
         assert saver.get_thread("u") == record("u", 1, (review,))
@@ -410,11 +425,13 @@ def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
     saver = SqliteSaver(path)
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            "INSERT INTO handrail_threads VALUES (?, 1, 'interrupted', 'e', 0, ?, x'7b7d', 1)",
+            "INSERT INTO handrail_threads (thread_id, head_seq, status, epoch, created_at, updated_at, "
+            "metadata, pending_count) VALUES (?, 1, 'interrupted', 'e', 0, ?, x'7b7d', 1)",
             [(f"t{n:05d}", float(n)) for n in range(5000)],
         )
         conn.executemany(
-            "INSERT INTO handrail_pending VALUES (?, ?, 0, ?, ?, ?, x'7b7d')",
+            "INSERT INTO handrail_pending (thread_id, interrupt_id, position, kind, tools, created_at, "
+            "payload) VALUES (?, ?, 0, ?, ?, ?, x'7b7d')",
             [
                 (
                     f"t{n:05d}",

@@ -44,6 +44,9 @@ def _as_written_before_seals(path: Path) -> None:
             )
         conn.execute("DELETE FROM handrail_schema_version WHERE version >= 4")
         conn.execute("DROP TABLE handrail_feed")  # version 5's, which that file did not have yet
+        conn.execute("DROP TABLE handrail_deletions")  # and version 6's
+        for table, column in (("threads", "head_hash"), ("threads", "seal"), ("pending", "seal")):
+            conn.execute(f"ALTER TABLE handrail_{table} DROP COLUMN {column}")  # and version 7's
 
 
 def test_migration_4_seals_the_events_of_an_older_file_and_its_threads_go_on(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _damage import baseline, check_readers, fill
 from _stores import Location, approve, build_agent, config, start
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -259,3 +260,144 @@ def test_random_thread_metadata_loads_or_fails_loudly(
             read()
         except SerializationError as exc:
             assert exc.thread_id == "t" and "thread 't', thread record" in str(exc)
+
+
+# A log whose last record was lost (issue 24, part 4) ---------------------------------------------
+def _lose_last_record(location: Location, thread_id: str, how: str) -> int:
+    """Lose the last record of a thread's log, as a damaged ``seq`` or ``thread_id`` column
+    loses it (in memory: the record taken from its list, or moved to another thread's);
+    return its number."""
+    saver = location.shared_saver()
+    if location.backend == "memory":
+        log = saver._events[thread_id]
+        last = log.pop()
+        if how == "thread_id":
+            saver._events.setdefault("elsewhere", []).append(last)
+        return int(last.seq)
+    head = saver.get_thread(thread_id).head_seq
+    change = "seq = -seq" if how == "seq" else "thread_id = 'elsewhere'"
+    _corrupt(
+        location,
+        f"UPDATE handrail_events SET {change} WHERE thread_id = ? AND seq = ?",
+        f"UPDATE {{t}}events SET {change} WHERE thread_id = %s AND seq = %s",
+        (thread_id, head),
+    )
+    return int(head)
+
+
+@pytest.mark.parametrize("how", ["seq", "thread_id"])
+def test_a_log_that_lost_its_last_record_is_refused_naming_the_thread(
+    location: Location, tmp_path: Path, how: str
+) -> None:
+    """Issue 24, part 4: the thread loaded as it was one record earlier, its review gone.
+    Now every reader of its log compares the log's end with the thread's row."""
+    saver = location.shared_saver()
+    start(build_agent(saver, tmp_path / "tool.log"), "t")  # its last record asks for the review
+    head = _lose_last_record(location, "t", how)
+    agent = build_agent(saver, tmp_path / "tool.log")  # a new agent: nothing cached
+    for name, read in {
+        "get_state": lambda: agent.get_state(config("t")),
+        "history": lambda: list(agent.get_state_history(config("t"))),
+        "audit trail": lambda: agent.get_audit_trail(config("t")),
+        "resume": lambda: agent.invoke(None, config("t")),
+    }.items():
+        # the row's head is not where the log ends; or (SQLite) the store refuses the
+        # negative number it reads back
+        gone = rf"cannot load thread 't', (thread record: its head is record {head}|record -{head}: )"
+        with pytest.raises(SerializationError, match=gone) as caught:
+            read()
+        assert caught.value.thread_id == "t", name
+    report = agent.verify_audit(config("t"))
+    assert not report.ok and report.first_bad in (0, head), report
+
+
+# The in-memory store: a kept record changed after it was written -------------------------------------
+def _kept_objects(saver: InMemorySaver) -> list[tuple[str, Any]]:
+    """Every object the saver keeps for the rows derived from logs, by a name: thread
+    records, their pending reviews, deletion records."""
+    found: list[tuple[str, Any]] = []
+    for thread_id, record in sorted(saver._records.items()):
+        found.append((f"thread record {thread_id}", record))
+        found += [(f"pending review {n} of {thread_id}", review) for n, review in enumerate(record.pending)]
+    found += [(f"deletion record {n}", deletion) for n, (deletion, _) in enumerate(saver._deletions)]
+    return found
+
+
+@st.composite
+def _changed(draw: st.DrawFn, value: Any) -> Any:
+    """Another value for a field that holds ``value``: of its type, or of another."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.sampled_from([None, 0, 1, -1, "", "x", b"", (), {}, 1.5, True]))
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + draw(st.sampled_from([-1, 1, 2**32]))
+    if isinstance(value, float):
+        return value + draw(st.sampled_from([-1.0, 1e-6, 3600.0]))
+    if isinstance(value, str):
+        return draw(st.sampled_from(["", value + "x", value[:-1], "interrupted", "idle", "t", "u"]))
+    if isinstance(value, bytes):
+        return value[:-1] if value and draw(st.booleans()) else value + b"x"
+    if isinstance(value, tuple):
+        return value[:-1] if value else ("x",)
+    if isinstance(value, dict):
+        return {**value, "team": "z"}
+    return "x"
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_changed_row_of_the_memory_store_loads_exactly_or_is_refused_naming_a_thread(
+    memory_store: tuple[InMemorySaver, dict[str, Any]], data: st.DataObject
+) -> None:
+    """What damage means in memory (``checkpoint/_kept.py``): a field of a kept record set
+    to another value. Every reader refuses it, naming a thread, or returns what it did."""
+    from dataclasses import fields
+
+    saver, expected = memory_store
+    name, kept = data.draw(st.sampled_from(_kept_objects(saver)), label="object")
+    field = data.draw(st.sampled_from([f.name for f in fields(kept)]), label="field")
+    original = getattr(kept, field)
+    value = data.draw(_changed(original), label="value")
+    if value == original and type(value) is type(original):
+        return
+    thread_id = getattr(kept, "thread_id", None) or next(
+        (record.thread_id for record in saver._records.values() if kept in record.pending), None
+    )
+    object.__setattr__(kept, field, value)
+    try:
+        check_readers(saver, expected, thread_id, f"{name}.{field} = {value!r:.80}")
+    finally:
+        object.__setattr__(kept, field, original)
+
+
+def test_metadata_changed_in_place_in_memory_is_refused(
+    memory_store: tuple[InMemorySaver, dict[str, Any]],
+) -> None:
+    saver, _ = memory_store
+    metadata = saver._records["t"].metadata
+    assert isinstance(metadata, dict)
+    metadata["team"] = "z"
+    try:
+        with pytest.raises(SerializationError, match="thread 't', thread record: it does not match its seal"):
+            saver.get_thread("t")
+        with pytest.raises(SerializationError, match="thread 't'"):
+            saver.list_pending(PendingFilter(metadata={"team": "z"}))
+    finally:
+        metadata["team"] = "x"
+    assert saver.get_thread("t") is not None
+
+
+@pytest.fixture
+def memory_store() -> tuple[InMemorySaver, dict[str, Any]]:
+    """An in-memory store of the threads of ``_damage.fill`` and what each reader returns
+    (copied: a damaged object must not change what the test expects)."""
+    import copy
+
+    saver = InMemorySaver()
+    fill(saver)
+    return saver, copy.deepcopy(baseline(saver))

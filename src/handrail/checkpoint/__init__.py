@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
+    DeletionRecord,
     PendingFilter,
     PendingItem,
     PendingOrder,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncSqliteSaver",
     "BaseCheckpointSaver",
+    "DeletionRecord",
     "InMemorySaver",
     "MemorySaver",
     "PendingFilter",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +19,12 @@ import orjson
 
 from handrail.checkpoint.base import (
     ClaimFilter,
-    PendingReview,
+    DeletionRecord,
     StoredEvent,
     ThreadRecord,
-    ThreadStatus,
     metadata_matches,
 )
+from handrail.checkpoint.seals import MISMATCH, checked_hash, deletion_seal
 from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import ConflictError, SerializationError
 
@@ -34,23 +35,29 @@ __all__ = [
     "STATUSES",
     "Migration",
     "check_append",
+    "check_name",
     "check_thread_id",
     "checked_time",
+    "column_bytes",
     "conflict",
     "damaged",
     "decode_metadata",
     "decode_tools",
+    "deletion_from_row",
+    "deletion_passes",
+    "deletion_time",
+    "encode_by",
     "encode_metadata",
     "encode_owners",
     "encode_tools",
     "epoch_conflict",
     "event_from_row",
     "host_identity",
+    "is_int",
     "metadata_filter_matches",
     "owners_filter_matches",
-    "pending_from_row",
     "pid_exists",
-    "record_from_row",
+    "shown_value",
 ]
 
 STATUSES: frozenset[str] = frozenset({"idle", "running", "interrupted"})
@@ -141,19 +148,23 @@ def encode_metadata(metadata: Mapping[str, Any], thread_id: str) -> bytes:
     return compact(dumps(dict(metadata), where=f"the metadata of thread {thread_id!r}"))
 
 
-def decode_metadata(raw: Any, thread_id: str) -> dict[str, Any]:
-    """Load stored thread metadata; anything but a JSON object is damage."""
+def decode_metadata(raw: Any, thread_id: str, what: str = "thread record") -> dict[str, Any]:
+    """Load stored thread metadata; anything but a JSON object is damage (of ``what``)."""
+    value = _decode_json(raw, thread_id, what, "metadata")
+    if not isinstance(value, dict):
+        raise damaged(thread_id, what, f"metadata is a {type(value).__name__}, not an object")
+    return value
+
+
+def _decode_json(raw: Any, thread_id: str, what: str, column: str) -> Any:
     if isinstance(raw, memoryview):
         raw = bytes(raw)
     if not isinstance(raw, (bytes, str)):
-        raise damaged(thread_id, "thread record", f"metadata is a {type(raw).__name__}, not JSON")
+        raise damaged(thread_id, what, f"{column} is a {type(raw).__name__}, not JSON")
     try:
-        value = loads(raw, thread_id=thread_id)
+        return loads(raw, thread_id=thread_id)
     except SerializationError as exc:
-        raise damaged(thread_id, "thread record", f"metadata: {_reason(exc)}") from None
-    if not isinstance(value, dict):
-        raise damaged(thread_id, "thread record", f"metadata is a {type(value).__name__}, not an object")
-    return value
+        raise damaged(thread_id, what, f"{column}: {_reason(exc)}") from None
 
 
 def encode_tools(tools: Sequence[str]) -> list[str]:
@@ -180,66 +191,103 @@ def event_from_row(thread_id: str, seq: Any, kind: Any, created_at: Any, payload
         payload = bytes(payload)
     elif isinstance(payload, str):
         payload = payload.encode()
-    if not _is_int(seq) or not 0 < seq <= MAX_SEQ:
-        raise damaged(thread_id, f"record {_shown(seq)}", "the event number is not a positive 64-bit integer")
+    if not is_int(seq) or not 0 < seq <= MAX_SEQ:
+        raise damaged(
+            thread_id, f"record {shown_value(seq)}", "the event number is not a positive 64-bit integer"
+        )
     what = f"record {seq}"
     if not isinstance(payload, bytes):
         raise damaged(thread_id, what, "the event row has a column of the wrong type", seq=seq)
-    _check_name(thread_id, what, "kind", kind, seq=seq)
+    check_name(thread_id, what, "kind", kind, seq=seq)
     return StoredEvent(
         seq=seq, kind=kind, created_at=checked_time(thread_id, what, created_at, seq=seq), payload=payload
     )
 
 
-def pending_from_row(
-    thread_id: str, interrupt_id: Any, kind: Any, tools: Any, created_at: Any, payload: Any
-) -> PendingReview:
-    """A pending review from its row, with every column checked."""
-    if isinstance(payload, memoryview):
-        payload = bytes(payload)
-    if not isinstance(interrupt_id, str) or not 0 < len(interrupt_id) <= MAX_NAME:
-        raise damaged(thread_id, "a pending review", f"its interrupt id is {_shown(interrupt_id)}")
-    what = f"pending review {interrupt_id!r}"
-    if not isinstance(payload, bytes):
-        raise damaged(thread_id, what, "a column has the wrong type")
-    _check_name(thread_id, what, "kind", kind)
-    return PendingReview(
-        interrupt_id=interrupt_id,
-        kind=kind,
-        tools=decode_tools(tools, thread_id, interrupt_id),
-        created_at=checked_time(thread_id, what, created_at),
-        payload=payload,
-    )
+def column_bytes(value: Any) -> bytes:
+    """A column's bytes as the store gave them (text in UTF-8)."""
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return value if isinstance(value, bytes) else b""
 
 
-def record_from_row(
-    thread_id: str,
+# Deletion records (SPEC rule 21) -----------------------------------------------------------
+def deletion_time() -> float:
+    """When a deletion happens: the saver's clock, to the microsecond.
+
+    The audit shows a time as a datetime, which holds microseconds, and filters its
+    entries by that datetime's timestamp; a time already rounded so comes back from it
+    as the same float, so a store's ``since``/``until`` on this value agrees with the
+    audit's own window to the last bit.
+    """
+    return round(time.time(), 6)
+
+
+def encode_by(by: Any, thread_id: str) -> bytes:
+    """Who deleted a thread, as stored: JSON with named types (``null`` for nobody)."""
+    return dumps(by, where=f"who deleted thread {thread_id!r} (by)")
+
+
+def deletion_from_row(
+    row_id: Any,
+    thread_id: Any,
+    deleted_at: Any,
+    by: Any,
     head_seq: Any,
-    status: Any,
-    epoch: Any,
-    created_at: Any,
-    updated_at: Any,
+    head_hash: Any,
     metadata: Any,
-    pending: Sequence[PendingReview] = (),
-) -> ThreadRecord:
-    """A thread record from its row, with every column checked (type and range)."""
-    check_thread_id(thread_id)
-    if not _is_int(head_seq) or not 0 <= head_seq <= MAX_SEQ:
-        raise damaged(thread_id, "thread record", f"head_seq is {_shown(head_seq)}")
-    if status not in STATUSES:  # a string, and one of them
-        raise damaged(thread_id, "thread record", f"unknown status {_shown(status)}")
-    if not isinstance(epoch, str) or len(epoch) > MAX_NAME:
-        raise damaged(thread_id, "thread record", f"its epoch is {_shown(epoch)}")
-    checked: ThreadStatus = status
-    return ThreadRecord(
+    seal: Any = None,
+) -> DeletionRecord:
+    """A deletion record from its row (``row_id`` names it), every column checked, and
+    its seal when it has one (``seals.py``, rule 5; ``by`` and ``metadata`` as stored)."""
+    what = f"deletion record {shown_value(row_id)}"
+    if not isinstance(thread_id, str) or not 0 < len(thread_id) <= MAX_NAME:
+        shown = shown_value(thread_id)
+        raise SerializationError(
+            f"cannot load thread {shown}, {what}: the thread id is not a string of 1 to {MAX_NAME} "
+            "characters",
+            thread_id=shown,
+        )
+    if not is_int(head_seq) or not 0 <= head_seq <= MAX_SEQ:
+        raise damaged(thread_id, what, f"head_seq is {shown_value(head_seq)}")
+    if head_hash is not None and not (
+        isinstance(head_hash, str)
+        and len(head_hash) == 64
+        and all(c in "0123456789abcdef" for c in head_hash)
+    ):
+        raise damaged(thread_id, what, f"its head hash is {shown_value(head_hash)}, not 64 hex digits")
+    record = DeletionRecord(
         thread_id=thread_id,
+        deleted_at=checked_time(thread_id, what, deleted_at),
+        by=_decode_json(by, thread_id, what, "by"),
         head_seq=head_seq,
-        status=checked,
-        epoch=epoch,
-        created_at=checked_time(thread_id, "thread record", created_at),
-        updated_at=checked_time(thread_id, "thread record", updated_at),
-        metadata=decode_metadata(metadata, thread_id),
-        pending=tuple(pending),
+        head_hash=head_hash,
+        metadata=decode_metadata(metadata, thread_id, what),
+    )
+    stored = checked_hash(thread_id, what, "seal", seal)
+    if stored is not None and stored != deletion_seal(
+        thread_id, record.deleted_at, head_seq, head_hash, column_bytes(by), column_bytes(metadata)
+    ):
+        raise damaged(thread_id, what, MISMATCH)
+    return record
+
+
+def deletion_passes(
+    record: DeletionRecord,
+    since: float | None,
+    until: float | None,
+    owners: ClaimFilter | None,
+    metadata: Mapping[str, Any] | None,
+) -> bool:
+    """Whether ``list_deletions`` lists a record: its time in ``[since, until]``, the deleted
+    thread's metadata passing ``owners`` and holding ``metadata``."""
+    return (
+        (since is None or record.deleted_at >= since)
+        and (until is None or record.deleted_at <= until)
+        and (owners is None or owners.matches(record.metadata))
+        and metadata_matches(metadata, record.metadata)
     )
 
 
@@ -275,7 +323,7 @@ def _decoded_filter(wanted: bytes) -> Mapping[str, Any]:
 def check_thread_id(thread_id: Any) -> None:
     """A thread id read back from a row: a non-empty string of a sane length."""
     if not isinstance(thread_id, str) or not 0 < len(thread_id) <= MAX_NAME:
-        shown = _shown(thread_id)
+        shown = shown_value(thread_id)
         raise SerializationError(
             f"cannot load thread {shown}, thread record: the thread id is not a string of 1 to "
             f"{MAX_NAME} characters",
@@ -286,24 +334,24 @@ def check_thread_id(thread_id: Any) -> None:
 def checked_time(thread_id: str, what: str, value: Any, seq: int | None = None) -> float:
     """A stored time as a float, or damage: finite, ``0 <= t < MAX_TIME`` (datetime can show it)."""
     if not _is_number(value) or not 0 <= value < MAX_TIME:  # NaN fails both comparisons
-        raise damaged(thread_id, what, f"a time is {_shown(value)}, not seconds since 1970", seq=seq)
+        raise damaged(thread_id, what, f"a time is {shown_value(value)}, not seconds since 1970", seq=seq)
     return float(value)
 
 
-def _check_name(thread_id: str, what: str, column: str, value: Any, seq: int | None = None) -> None:
+def check_name(thread_id: str, what: str, column: str, value: Any, seq: int | None = None) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
-        raise damaged(thread_id, what, f"its {column} is {_shown(value)}, not a name", seq=seq)
+        raise damaged(thread_id, what, f"its {column} is {shown_value(value)}, not a name", seq=seq)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A damaged value for a message: its repr, cut short (a damaged column may be huge)."""
     text = (
         repr(value) if not isinstance(value, (bytes, str)) or len(value) <= 80 else repr(value[:80]) + "..."

@@ -25,8 +25,20 @@ The whole protocol:
     The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
     With ``from_reading`` (and no range): the thread's saved reading as well, if it
     has one, and only the events after it - what a new process loads.
-``get_thread``, ``list_threads``, ``list_pending``, ``delete_thread``
-    The cross-thread views the reviewers' inbox is built on.
+``get_thread``, ``list_threads``, ``list_pending``
+    The cross-thread views the reviewers' inbox is built on (their filters:
+    :mod:`handrail.checkpoint.filters`).
+``delete_thread(thread_id, by=None)``, ``list_deletions(since=, until=, owners=, metadata=, limit=)``
+    Deleting a thread removes it and its log and, in the same transaction, leaves a
+    :class:`DeletionRecord`: who (``by``), when, the number and hash of the log's last
+    record, the thread's metadata (SPEC rule 21). The audit across threads lists them.
+    Stores written before may take no ``by`` and keep no records; the runtime passes
+    ``by`` only to stores that take it, and the default ``list_deletions`` lists none.
+``repair_thread(thread_id, derive, dry_run=False)``
+    Rebuild the rows derived from a thread's log - its row, its pending reviews, their
+    index rows - where they are damaged (``checkpoint/seals.py``): ``derive`` turns the
+    log into the record the runtime would write (:class:`Derived`). Returns what changed
+    (with ``dry_run``, what would change, and changes nothing).
 ``prune(thread_id, upto_seq=, snapshot=, keep_kinds=)``
     Compact old history: drop the events before ``upto_seq`` whose kind is not in
     ``keep_kinds`` and put ``snapshot`` in place of event ``upto_seq``, atomically.
@@ -51,14 +63,25 @@ method in a worker thread; stores with a native async driver override them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, NamedTuple
+
+from handrail.checkpoint.filters import (
+    ClaimFilter,
+    PendingFilter,
+    PendingOrder,
+    ThreadFilter,
+    ThreadStatus,
+    metadata_matches,
+)
 
 __all__ = [
     "QUEUED_RUN",
     "BaseCheckpointSaver",
     "ClaimFilter",
+    "DeletionRecord",
+    "Derived",
     "FeedEntry",
     "Notice",
     "PendingFilter",
@@ -70,11 +93,8 @@ __all__ = [
     "ThreadRead",
     "ThreadRecord",
     "ThreadStatus",
+    "metadata_matches",
 ]
-
-ThreadStatus = Literal["idle", "running", "interrupted"]
-PendingOrder = Literal["oldest", "newest"]
-"""The inbox's order: by creation time, ``"oldest"`` first (the default) or ``"newest"`` first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +124,11 @@ class ThreadRecord:
 
     ``epoch`` is chosen when the thread is created; a thread deleted and created again
     gets a new one, so cached readings of the old thread are never mistaken for it.
+    ``head_hash`` is set by the store on the records it reads back: the value the
+    thread's hash chain held after its head when the row was written (``seals.py``,
+    rule 1; None for a row written before rows were sealed, or a log without seals).
+    A reader of the log checks it against the log. An append ignores it: the store
+    takes the head hash from the events it appends. It takes no part in comparisons.
     """
 
     thread_id: str
@@ -114,6 +139,7 @@ class ThreadRecord:
     updated_at: float
     metadata: Mapping[str, Any] = field(default_factory=dict)
     pending: tuple[PendingReview, ...] = ()
+    head_hash: bytes | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,52 +188,42 @@ class FeedEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimFilter:
-    """Which queued threads a worker takes: those whose metadata ``key`` is one of
-    ``values`` and, with ``or_missing``, those without ``key`` at all.
+class DeletionRecord:
+    """What deleting a thread leaves behind (SPEC rule 21): the only trace of its log.
 
-    A thread's first input binds it to its agent under ``"assistant_id"`` (SPEC rule
-    21): a worker or service takes and lists the threads bound to the names it hosts,
-    and its first agent also those bound to none. A value that is not a string never
-    matches.
+    ``deleted_at`` is when (the saver's clock, epoch seconds to the microsecond, the
+    precision of the audit's times); ``by`` who deleted it, a JSON value such as
+    ``{"id": "ann", "roles": [...]}`` (None when nobody was named); ``head_seq`` the
+    number of the log's last record (0 for an empty log) and ``head_hash`` the hash
+    sealed into it (64 hex digits, as :attr:`~handrail.types.AuditVerification.head_hash`
+    gives it; None when that record carries no seal, or the log was empty); ``metadata``
+    the thread's, as it was. A thread deleted, made again and deleted again leaves one
+    record each time.
     """
 
-    key: str
-    values: tuple[str, ...]
-    or_missing: bool = False
+    thread_id: str
+    deleted_at: float
+    by: Any
+    head_seq: int
+    head_hash: str | None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
-    def matches(self, metadata: Mapping[str, Any]) -> bool:
-        """Whether a thread with ``metadata`` passes the filter."""
-        if self.key not in metadata:
-            return self.or_missing
-        return metadata[self.key] in self.values
+
+class Derived(NamedTuple):
+    """What a thread's log says its derived rows must be (:meth:`BaseCheckpointSaver.repair_thread`).
+
+    ``record`` is the thread row the runtime would write at the log's head (a new epoch,
+    and the last record's time as ``updated_at``: a store keeps its row's own when that
+    row is intact); ``head_hash`` the value the chain holds after the head
+    (``seals.py``, rule 1).
+    """
+
+    record: ThreadRecord
+    head_hash: bytes | None
 
 
 QUEUED_RUN = "queued"
 """The run id of a thread's queued row: no run of its own is ever named so (theirs start ``run-``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingFilter:
-    """Which pending reviews to list. Every field left as None matches everything.
-
-    ``older_than`` is a number of seconds; ``metadata`` must be a subset of the
-    thread's metadata. Items come in ``(created_at, thread_id, interrupt_id)`` order,
-    ascending with ``order="oldest"`` and descending with ``order="newest"`` (a backward
-    walk of the same index); ``after`` is that key of the last item of the previous page,
-    and a page holds only the items past it in the chosen order. ``owners``: only the
-    threads it passes (the agents a process hosts, :class:`ClaimFilter`).
-    """
-
-    tool: str | None = None
-    thread_id: str | None = None
-    older_than: float | None = None
-    metadata: Mapping[str, Any] | None = None
-    kind: str | None = None
-    after: tuple[float, str, str] | None = None
-    limit: int = 50
-    order: PendingOrder = "oldest"
-    owners: ClaimFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,19 +233,6 @@ class PendingItem:
     thread_id: str
     review: PendingReview
     metadata: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadFilter:
-    """Which threads to list (newest update first); ``owners`` as :class:`PendingFilter`'s."""
-
-    metadata: Mapping[str, Any] | None = None
-    status: ThreadStatus | None = None
-    updated_after: float | None = None
-    updated_before: float | None = None
-    limit: int = 100
-    offset: int = 0
-    owners: ClaimFilter | None = None
 
 
 class BaseCheckpointSaver(ABC):
@@ -287,8 +290,15 @@ class BaseCheckpointSaver(ABC):
         """Return pending reviews matching ``filter``, oldest first."""
 
     @abstractmethod
-    def delete_thread(self, thread_id: str) -> bool:
-        """Delete a thread and its log; return whether it existed."""
+    def delete_thread(self, thread_id: str, *, by: Any = None) -> bool:
+        """Delete a thread and its log; return whether it existed.
+
+        In the same transaction, leave a :class:`DeletionRecord` of it: ``by`` (who; a
+        JSON value, None when nobody was named), the time, the number and sealed hash of
+        the log's last record, the thread's metadata. A thread that does not exist
+        leaves none. A ``by`` that cannot be stored raises
+        :class:`~handrail.errors.SerializationError` and deletes nothing.
+        """
 
     @abstractmethod
     def prune(
@@ -312,6 +322,44 @@ class BaseCheckpointSaver(ABC):
     @abstractmethod
     def runs_alive(self, thread_id: str) -> set[str]:
         """The ids of the runs of ``thread_id`` that are still alive."""
+
+    def list_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        """The records deletions left, oldest first: at most ``limit`` of them.
+
+        ``since``/``until`` (epoch seconds, both included) bound their times;
+        ``owners`` and ``metadata`` (a subset match) test the deleted thread's metadata,
+        as :class:`ThreadFilter` tests a live thread's. A damaged record raises
+        :class:`~handrail.errors.SerializationError` naming it. A store written before
+        deletions were recorded keeps none: this default lists none.
+        """
+        return []
+
+    def repair_thread(
+        self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
+    ) -> list[str]:
+        """Rebuild the rows derived from the thread's log where they are damaged; what changed.
+
+        In one transaction: read the log and call ``derive`` with it (it raises
+        :class:`~handrail.errors.SerializationError` for a log that fails its checks:
+        then nothing is written); keep the thread row and pending rows that pass every
+        check and are bound to the log's head, and write the others from the derived
+        record; make the index rows of the pending reviews their own. A row that is
+        intact but ahead of the log (records lost from the log's end) or bound to
+        another head is not rebuilt from it: ``SerializationError``. Returns one line per
+        change (an empty list: nothing was damaged). A thread without a log and without
+        a row: nothing. With ``dry_run``, nothing is written: the lines say what a repair
+        would change (``handrail audit verify`` reports them). Stores written before this
+        method refuse it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot rebuild a thread's rows")
 
     # The feed and the queue (the review service's; optional for other stores) --
     def read_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
@@ -414,11 +462,30 @@ class BaseCheckpointSaver(ABC):
 
         return await asyncio.to_thread(self.list_pending, filter)
 
-    async def adelete_thread(self, thread_id: str) -> bool:
+    async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         """Async :meth:`delete_thread`."""
         import asyncio
 
-        return await asyncio.to_thread(self.delete_thread, thread_id)
+        extra = later_keywords(by=by)
+        return await asyncio.to_thread(lambda: self.delete_thread(thread_id, **extra))
+
+    async def alist_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        """Async :meth:`list_deletions`."""
+        import asyncio
+
+        return await asyncio.to_thread(
+            lambda: self.list_deletions(
+                since=since, until=until, owners=owners, metadata=metadata, limit=limit
+            )
+        )
 
     async def aprune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
@@ -447,6 +514,14 @@ class BaseCheckpointSaver(ABC):
         import asyncio
 
         return await asyncio.to_thread(self.runs_alive, thread_id)
+
+    async def arepair_thread(
+        self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
+    ) -> list[str]:
+        """Async :meth:`repair_thread`."""
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.repair_thread(thread_id, derive, dry_run=dry_run))
 
     async def aread_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
         """Async :meth:`read_feed`."""
@@ -488,11 +563,14 @@ def later_keywords(
     from_reading: bool = False,
     notices: Sequence[Notice] = (),
     queue: bool = False,
+    by: Any = None,
 ) -> dict[str, Any]:
     """The keywords added to the protocol after the first stores, only where they differ
     from their defaults: an async twin that hands its call to a subclass's sync method,
     which may predate them, passes ``**later_keywords(...)``."""
     extra: dict[str, Any] = {}
+    if by is not None:
+        extra["by"] = by
     if not durable:
         extra["durable"] = False
     if reading is not None:
@@ -514,10 +592,3 @@ def feed_position(after: str | None) -> int:
     if not isinstance(after, str) or not after.isdigit() or len(after) > 18:
         raise ValueError(f"not a cursor of this feed: {after!r:.60}")
     return int(after)
-
-
-def metadata_matches(wanted: Mapping[str, Any] | None, actual: Mapping[str, Any]) -> bool:
-    """Whether every key of ``wanted`` is in ``actual`` with an equal value."""
-    if not wanted:
-        return True
-    return all(key in actual and actual[key] == value for key, value in wanted.items())

@@ -53,6 +53,7 @@ __all__ = [
     "read_head",
     "seal",
     "seal_log",
+    "sealed_hash",
     "unseal",
     "walk",
 ]
@@ -101,6 +102,13 @@ def unseal(payload: bytes) -> tuple[bytes | None, bytes]:
     if payload[:1] != SEAL:
         return None, payload
     return payload[1:_HEADER], payload[_HEADER:]
+
+
+def sealed_hash(payload: bytes) -> str | None:
+    """The hash a stored payload carries (rule 1), in hex as reports print it; None when
+    it has none. Only the first 33 bytes are read: a store may pass just those."""
+    stored, _ = unseal(payload[:_HEADER])
+    return stored.hex() if stored is not None and len(stored) == HASH_SIZE else None
 
 
 class Break(NamedTuple):

@@ -1,17 +1,44 @@
-"""InMemorySaver: the store protocol in process memory, for tests and prototypes."""
+"""InMemorySaver: the store protocol in process memory, for tests and prototypes.
+
+Its thread records and deletion records are sealed when written and checked whenever a
+reader returns them; what damage means for objects kept in memory is in ``_kept``. The
+logs are kept as the bytes the runtime wrote, and checked by the runtime's hash chain,
+as everywhere.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
-from handrail.checkpoint._records import check_reading
+from handrail.checkpoint._kept import (
+    Seal,
+    check,
+    check_deletion,
+    found,
+    kept_record,
+    rebuilt,
+    seal_deletion,
+    seal_of,
+)
+from handrail.checkpoint._records import (
+    check_reading,
+    deletion_passes,
+    deletion_time,
+    encode_by,
+    encode_metadata,
+)
+from handrail.checkpoint._repair import ORPHAN, plan, without_log
 from handrail.checkpoint._signal import QueueSignal
 from handrail.checkpoint.base import (
     QUEUED_RUN,
     BaseCheckpointSaver,
     ClaimFilter,
+    DeletionRecord,
+    Derived,
     FeedEntry,
     Notice,
     PendingFilter,
@@ -24,6 +51,9 @@ from handrail.checkpoint.base import (
     later_keywords,
     metadata_matches,
 )
+from handrail.checkpoint.integrity import sealed_hash
+from handrail.checkpoint.seals import head_after
+from handrail.checkpoint.serde import loads
 from handrail.errors import ConflictError
 
 __all__ = ["InMemorySaver", "MemorySaver"]
@@ -45,12 +75,15 @@ class InMemorySaver(BaseCheckpointSaver):
         self._lock = threading.Lock()
         self._events: dict[str, list[StoredEvent]] = {}
         self._records: dict[str, ThreadRecord] = {}
+        self._seals: dict[str, Seal] = {}  # each record's, made when it was appended
         self._runs: dict[str, set[str]] = {}
         self._readings: dict[str, StoredEvent] = {}
         self._queued: dict[str, float] = {}  # thread -> when it was queued (no dead runs in memory)
         self._feed: list[FeedEntry] = []  # cursors are numbers from 1, in order
         self._feed_next = 1
         self._signal = QueueSignal()
+        # in the order they were made, so by time; each with its seal
+        self._deletions: list[tuple[DeletionRecord, bytes]] = []
 
     def append(
         self,
@@ -66,6 +99,7 @@ class InMemorySaver(BaseCheckpointSaver):
         notices: Sequence[Notice] = (),
         queue: bool = False,
     ) -> None:
+        metadata = encode_metadata(record.metadata, thread_id)  # refused before anything changes
         with self._lock:
             current = self._records.get(thread_id)
             head = current.head_seq if current is not None else 0
@@ -88,8 +122,11 @@ class InMemorySaver(BaseCheckpointSaver):
             if record.head_seq != expected_seq + len(events):
                 raise ValueError("the thread record's head_seq must be the last event's seq")
             check_reading(reading, record)
+            head_hash = head_after(events, current.head_hash if current else None)
+            kept = kept_record(record, head_hash)
             self._events.setdefault(thread_id, []).extend(events)
-            self._records[thread_id] = record
+            self._records[thread_id] = kept
+            self._seals[thread_id] = seal_of(kept, metadata)
             if reading is not None:
                 self._readings[thread_id] = reading
             if claim is not None:
@@ -112,7 +149,7 @@ class InMemorySaver(BaseCheckpointSaver):
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
         with self._lock:
-            record = self._records.get(thread_id)
+            record = self._checked(thread_id)
             log = self._events.get(thread_id, [])
             reading = self._readings.get(thread_id) if from_reading and not after_seq else None
             if reading is not None and upto_seq is None:
@@ -129,56 +166,144 @@ class InMemorySaver(BaseCheckpointSaver):
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         with self._lock:
-            return self._records.get(thread_id)
+            return self._checked(thread_id)
+
+    def _checked(self, thread_id: str) -> ThreadRecord | None:
+        """The kept record of a thread, checked against its seal (with the lock held)."""
+        record = self._records.get(thread_id)
+        if record is not None:
+            check(thread_id, record, self._seals[thread_id])
+        return record
 
     def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
         with self._lock:
-            records = list(self._records.values())
-        chosen = [
-            r
-            for r in records
-            if (filter.status is None or r.status == filter.status)
-            and (filter.updated_after is None or r.updated_at > filter.updated_after)
-            and (filter.updated_before is None or r.updated_at < filter.updated_before)
-            and metadata_matches(filter.metadata, r.metadata)
-            and (filter.owners is None or filter.owners.matches(r.metadata))
-        ]
-        chosen.sort(key=lambda r: (-r.updated_at, r.thread_id))
-        return chosen[filter.offset : filter.offset + filter.limit]
+            kept = list(self._records.items())
+            seals = dict(self._seals)
+        with _checked_on_failure(kept, seals):
+            chosen = [
+                (thread_id, r)
+                for thread_id, r in kept
+                if (filter.status is None or r.status == filter.status)
+                and (filter.updated_after is None or r.updated_at > filter.updated_after)
+                and (filter.updated_before is None or r.updated_at < filter.updated_before)
+                and metadata_matches(filter.metadata, r.metadata)
+                and (filter.owners is None or filter.owners.matches(r.metadata))
+            ]
+            chosen.sort(key=lambda k: (-k[1].updated_at, k[1].thread_id))
+        page = chosen[filter.offset : filter.offset + filter.limit]
+        for thread_id, record in page:  # what a reader returns is checked
+            check(thread_id, record, seals[thread_id])
+        return [record for _, record in page]
 
     def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
         now = time.time()
         with self._lock:
-            records = [r for r in self._records.values() if r.pending]
-        items = [
-            PendingItem(thread_id=r.thread_id, review=p, metadata=r.metadata)
-            for r in records
-            if (filter.thread_id is None or r.thread_id == filter.thread_id)
-            and metadata_matches(filter.metadata, r.metadata)
-            and (filter.owners is None or filter.owners.matches(r.metadata))
-            for p in r.pending
-            if (filter.tool is None or filter.tool in p.tools)
-            and (filter.kind is None or p.kind == filter.kind)
-            and (filter.older_than is None or p.created_at <= now - filter.older_than)
-        ]
-        newest = filter.order == "newest"
-        items.sort(key=_pending_key, reverse=newest)
-        after = filter.after
-        if after is not None:
+            # the records written with reviews, and any that has some now: their counts must agree
+            seals = {thread_id: seal for thread_id, seal in self._seals.items() if seal.reviews}
+            kept = [(t, r) for t, r in self._records.items() if r.pending or t in seals]
+            seals.update((t, self._seals[t]) for t, _ in kept if t not in seals)
+        for thread_id, record in kept:
+            if not isinstance(record.pending, tuple) or len(record.pending) != len(seals[thread_id].reviews):
+                check(thread_id, record, seals[thread_id])
+        with _checked_on_failure(kept, seals):
             items = [
-                item
-                for item in items
-                if (_pending_key(item) < after if newest else _pending_key(item) > after)
+                (thread_id, PendingItem(thread_id=r.thread_id, review=p, metadata=r.metadata))
+                for thread_id, r in kept
+                if (filter.thread_id is None or r.thread_id == filter.thread_id)
+                and metadata_matches(filter.metadata, r.metadata)
+                and (filter.owners is None or filter.owners.matches(r.metadata))
+                for p in r.pending
+                if (filter.tool is None or filter.tool in p.tools)
+                and (filter.kind is None or p.kind == filter.kind)
+                and (filter.older_than is None or p.created_at <= now - filter.older_than)
             ]
-        return items[: filter.limit]
+            newest = filter.order == "newest"
+            items.sort(key=lambda k: _pending_key(k[1]), reverse=newest)
+            after = filter.after
+            if after is not None:
+                items = [
+                    (thread_id, item)
+                    for thread_id, item in items
+                    if (_pending_key(item) < after if newest else _pending_key(item) > after)
+                ]
+        page = items[: filter.limit]
+        records = dict(kept)
+        for thread_id in dict.fromkeys(
+            thread_id for thread_id, _ in page
+        ):  # what a reader returns is checked
+            check(thread_id, records[thread_id], seals[thread_id])
+        return [item for _, item in page]
 
-    def delete_thread(self, thread_id: str) -> bool:
+    def delete_thread(self, thread_id: str, *, by: Any = None) -> bool:
+        # kept as a durable store keeps it (stored, then read back): a copy of the caller's value
+        who = loads(encode_by(by, thread_id))
         with self._lock:
-            self._events.pop(thread_id, None)
+            log = self._events.pop(thread_id, None) or []
             self._runs.pop(thread_id, None)
             self._queued.pop(thread_id, None)
             self._readings.pop(thread_id, None)
-            return self._records.pop(thread_id, None) is not None
+            self._seals.pop(thread_id, None)
+            record = self._records.pop(thread_id, None)
+            if record is None:
+                return False
+            last = log[-1] if log else None
+            deletion = DeletionRecord(
+                thread_id=thread_id,
+                deleted_at=deletion_time(),
+                by=who,
+                head_seq=last.seq if last is not None else 0,
+                head_hash=sealed_hash(last.payload) if last is not None else None,
+                metadata=dict(record.metadata),
+            )
+            self._deletions.append((deletion, seal_deletion(deletion)))
+            return True
+
+    def list_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        with self._lock:
+            kept = list(enumerate(self._deletions, start=1))
+        try:
+            # made in order, but the clock may step back: sorted as the SQL stores sort them
+            kept.sort(key=lambda k: (k[1][0].deleted_at, k[1][0].thread_id, k[0]))
+            found = [k for k in kept if deletion_passes(k[1][0], since, until, owners, metadata)]
+        except Exception:  # a field changed to a value of another type: name the record
+            for number, (deletion, seal) in kept:
+                check_deletion(number, deletion, seal)
+            raise
+        page = found[: max(limit, 0)]
+        for number, (deletion, seal) in page:
+            check_deletion(number, deletion, seal)
+        return [deletion for _, (deletion, _) in page]
+
+    def repair_thread(
+        self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
+    ) -> list[str]:
+        with self._lock:
+            log = list(self._events.get(thread_id, ()))
+            record, seal = self._records.get(thread_id), self._seals.get(thread_id)
+            kept = found(record, seal)
+            if not log:
+                if record is None or not without_log(thread_id, kept):
+                    return []
+                if not dry_run:
+                    del self._records[thread_id]
+                    self._seals.pop(thread_id, None)
+                return [ORPHAN]
+            derived = derive(log)
+            new = plan(thread_id, derived, kept)
+            if new is None:
+                return []
+            now, sealed, changes = rebuilt(thread_id, record, seal, new, derived)
+            if not dry_run:
+                self._records[thread_id], self._seals[thread_id] = now, sealed
+            return changes
 
     def prune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
@@ -292,8 +417,19 @@ class InMemorySaver(BaseCheckpointSaver):
     async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
         return self.list_pending(filter)
 
-    async def adelete_thread(self, thread_id: str) -> bool:
-        return self.delete_thread(thread_id)
+    async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
+        return self.delete_thread(thread_id, **later_keywords(by=by))
+
+    async def alist_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        return self.list_deletions(since=since, until=until, owners=owners, metadata=metadata, limit=limit)
 
     async def aprune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
@@ -328,6 +464,18 @@ class InMemorySaver(BaseCheckpointSaver):
         self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
     ) -> str | None:
         return self.claim_queued(run_id, filter=filter, thread_id=thread_id)
+
+
+@contextmanager
+def _checked_on_failure(kept: list[tuple[str, ThreadRecord]], seals: Mapping[str, Seal]) -> Iterator[None]:
+    """Filtering or sorting kept records that fails (a field changed to a value of another
+    type) raises the error of the record that is not as it was written, if one is not."""
+    try:
+        yield
+    except Exception:
+        for thread_id, record in kept:
+            check(thread_id, record, seals[thread_id])
+        raise
 
 
 def _pending_key(item: PendingItem) -> tuple[float, str, str]:

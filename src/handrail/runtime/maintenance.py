@@ -2,7 +2,9 @@
 
 The audit trail is the log itself (DESIGN: never a second bookkeeping that can
 disagree): every review request, every answer with who gave it and when, every tool
-call that started - with the arguments that actually ran - and its result.
+call that started - with the arguments that actually ran - and its result. A deleted
+thread has no log left; the record its deletion left in the store (who, when, the head
+hash of the log) is its entry in the audit across threads.
 
 Pruning keeps a thread's current state and its whole audit trail and drops the old
 checkpoints: the events that only served time travel are deleted, and the oldest
@@ -15,17 +17,17 @@ from collections.abc import Generator, Iterable
 from dataclasses import replace
 from typing import Any
 
-from handrail.checkpoint.base import ThreadFilter, ThreadRead
+from handrail.checkpoint.base import DeletionRecord, ThreadFilter, ThreadRead
 from handrail.checkpoint.integrity import GENESIS, head_mismatch, is_sealed
 from handrail.errors import InvalidInputError, SerializationError, short_repr, stored_time
 from handrail.messages import AIMessage, BaseMessage, ToolMessage
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode_event
 from handrail.runtime.fold import checkpoint_id_of
-from handrail.runtime.reading import anchors_of, checked_log, fold_events, start_of
+from handrail.runtime.reading import anchors_of, checked_log, checked_read, fold_events, start_of
 from handrail.types import AuditEntry, AuditVerification
 
-__all__ = ["audit_across", "audit_trail", "prune", "verification_of", "verify_audit"]
+__all__ = ["audit_across", "audit_trail", "deletion_entry", "prune", "verification_of", "verify_audit"]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -35,7 +37,7 @@ def prune(env: Env, keep_last: int) -> Gen:
     if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
         raise InvalidInputError(f"keep_last must be a positive integer, got {keep_last!r}")
     read = yield StoreCall("read", (env.thread_id,), {})
-    events, walked = checked_log(env.thread_id, read.events)
+    events, walked = checked_read(env.thread_id, read)
     start, rest = start_of(env.spec, env.thread_id, events)
     checkpoints = ([start.base_seq] if start.base_seq else []) + [
         e.seq for e in rest if e.kind in CHECKPOINT_KINDS
@@ -100,7 +102,7 @@ def _anchors_after_pruning(
 def audit_trail(env: Env) -> Gen:
     """The thread's review requests, answers and tool runs, oldest first."""
     read = yield StoreCall("read", (env.thread_id,), {})
-    events, _ = checked_log(env.thread_id, read.events)
+    events, _ = checked_read(env.thread_id, read)
     try:
         proposed = _proposed_calls(events)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -123,7 +125,9 @@ def audit_across(
     Each thread updated since ``since`` is read whole (its log is its trail); the
     entries between ``since`` and ``until`` are kept, at most ``limit`` of them, the
     oldest. Pages of threads come newest update first: a thread updated while the pages
-    are read moves to a page already read, and is read again rather than missed.
+    are read moves to a page already read, and is read again rather than missed. The
+    records of threads deleted between ``since`` and ``until`` (whose metadata passes the
+    same filters) come in among them, one ``thread_deleted`` entry each.
     """
     seen: set[str] = set()
     entries: list[AuditEntry] = []
@@ -144,8 +148,33 @@ def audit_across(
         if len(records) < page.limit:
             break
         page = replace(page, offset=page.offset + page.limit)
+    # at most ``limit`` deletions can be among the ``limit`` oldest entries: the oldest ones
+    deletions = yield StoreCall(
+        "list_deletions",
+        (),
+        {
+            "since": since,
+            "until": until,
+            "owners": threads.owners,
+            "metadata": threads.metadata,
+            "limit": limit,
+        },
+    )
+    entries += [deletion_entry(record) for record in deletions]
     entries.sort(key=lambda entry: (entry.at, entry.thread_id, entry.seq))
     return entries[:limit]
+
+
+def deletion_entry(record: DeletionRecord) -> AuditEntry:
+    """The audit entry of a thread's deletion: who, when, and the head of the deleted log."""
+    return AuditEntry(
+        thread_id=record.thread_id,
+        seq=record.head_seq,
+        at=stored_time(record.deleted_at, record.thread_id, "deletion record"),
+        event="thread_deleted",
+        by=record.by,
+        value={"head_seq": record.head_seq, "head_hash": record.head_hash, "metadata": dict(record.metadata)},
+    )
 
 
 def _damaged(thread_id: str, event: Event | None, exc: Exception) -> SerializationError:
@@ -202,6 +231,15 @@ def verification_of(thread_id: str, read: ThreadRead, *, expect_head: str | None
         reason = f"the thread's head is record {head}, but its log ends at record {last}"
         return AuditVerification(
             thread_id, False, len(read.events), head, min(last, head) + 1, reason, unsealed, None, expect_head
+        )
+    row_hash = read.record.head_hash if read.record is not None else None
+    if read.events and row_hash is not None and row_hash != walked.next_prev:
+        reason = (
+            f"the thread's row holds head hash {row_hash.hex()}, but its log holds "
+            f"{walked.next_prev.hex()} after record {last}: the row was written for another log"
+        )
+        return AuditVerification(
+            thread_id, False, len(read.events), head, last, reason, unsealed, None, expect_head
         )
     found = replace(found, head_hash=head_hash, expected_head=expect_head)
     if expect_head is not None:
@@ -304,8 +342,10 @@ def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) 
                 thread_id=thread_id,
                 seq=event.seq,
                 at=at,
-                event="run_failed",
+                event="run_cancelled" if data.get("cancelled") else "run_failed",
                 value={"run_id": data.get("run_id"), "error": data["error"]},
+                by=data.get("by"),
+                channel=data.get("channel"),
             )
         ]
     message: BaseMessage = data["message"]

@@ -5,6 +5,11 @@ agent's cache, or else the thread's *saved reading* (the state a run's last appe
 keeps every ``READING_EVERY`` events) and the events after it, or, for a store without
 saved readings, the whole log. SPEC §6: the cost of a resume does not grow with the
 number of past checkpoints, in this process or in a new one.
+
+Whichever way a thread is read to its end, its row's head must be where the log ends
+(SPEC rule 10): the same record number, and the same head hash (``checkpoint/seals.py``,
+rule 1) when the row has one. A log whose last records were lost (their number or thread
+damaged) is refused, not loaded as it was a few records earlier (:func:`check_head`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping
 from typing import Any
 
-from handrail.checkpoint.base import StoredEvent
+from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.checkpoint.integrity import GENESIS, ChainWalk, link, unseal, walk
 from handrail.checkpoint.serde import loads
 from handrail.errors import InvalidInputError, SerializationError, stored_time
@@ -23,7 +28,17 @@ from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoin
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
 
-__all__ = ["anchors_of", "checked_log", "fold_events", "history", "interrupts_of", "load", "snapshot"]
+__all__ = [
+    "anchors_of",
+    "check_head",
+    "checked_log",
+    "checked_read",
+    "fold_events",
+    "history",
+    "interrupts_of",
+    "load",
+    "snapshot",
+]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -51,10 +66,12 @@ def load(
             and _simply_follow(read.events)
         ):
             fold = cached.copy()
+            _follow_chain(fold, read.events)  # checked before anything is decoded
             for stored in read.events:
                 fold.apply(decode_event(stored, thread_id))
-            _follow_chain(fold, read.events)
-            return fold
+            if read.record.head_hash is None or read.record.head_hash == fold.chain:
+                return fold
+            # the row is not at the head this reading reached: read the whole log, which says why
     read = None
     if upto_seq is None and _reads_saved_readings(env):
         # A new process: start from the thread's saved reading, if it has one, and fold
@@ -64,15 +81,19 @@ def load(
             saved = restore_reading(spec, thread_id, read.reading) if _simply_follow(read.events) else None
             if saved is not None:
                 fold = saved
+                _follow_chain(fold, read.events)  # checked before anything is decoded
                 for stored in read.events:
                     fold.apply(decode_event(stored, thread_id))
-                _follow_chain(fold, read.events)
+                check_head(thread_id, read.record, fold.head_seq, fold.chain)
                 fold.epoch = read.record.epoch if read.record is not None else ""
                 return fold
             read = None  # a branch or a snapshot after it, or a reading without a seal: the log
     if read is None:
         read = yield StoreCall("read", (thread_id,), {"upto_seq": upto_seq})
-    events, walked = checked_log(thread_id, read.events)
+    # read to its end, the log must end where the thread's row says; read up to a record, it is cut there
+    events, walked = (
+        checked_read(thread_id, read) if upto_seq is None else checked_log(thread_id, read.events)
+    )
     fold = fold_events(spec, thread_id, events)
     fold.chain, fold.chain_sealed = walked.next_prev, walked.sealed
     fold.epoch = read.record.epoch if read.record is not None else ""
@@ -93,6 +114,53 @@ def checked_log(thread_id: str, stored: list[StoredEvent]) -> tuple[list[Event],
         for i, row in enumerate(stored)
     ]
     return events, walked
+
+
+def checked_read(thread_id: str, read: ThreadRead) -> tuple[list[Event], ChainWalk]:
+    """A thread read whole (its record and its log): the log checked as :func:`checked_log`
+    checks it, and the record's head against where the log ends (:func:`check_head`)."""
+    events, walked = checked_log(thread_id, read.events)
+    last = read.events[-1].seq if read.events else 0
+    check_head(thread_id, read.record, last, walked.next_prev if read.events else None)
+    return events, walked
+
+
+def check_head(thread_id: str, record: ThreadRecord | None, last: int, chain: bytes | None) -> None:
+    """Refuse a thread whose row does not end where its log, read to its end, ends.
+
+    ``last`` is the number of the log's last record (0: none), ``chain`` the value the
+    chain holds after it (None: not known). The row's head must be ``last`` and, when
+    the row has a head hash, ``chain`` (``checkpoint/seals.py``, rule 1).
+    """
+    if record is None:
+        if last:
+            raise SerializationError(
+                f"cannot load thread {thread_id!r}, thread record: it is missing, yet the thread has "
+                f"records (up to record {last})",
+                thread_id=thread_id,
+                seq=last,
+            )
+        return
+    if record.head_seq != last:
+        cause = (
+            "records were lost from the log's end (a damaged number or thread id), or the row was damaged"
+            if record.head_seq > last
+            else "the log goes on past the row's head (a damaged number), or the row was damaged"
+        )
+        raise SerializationError(
+            f"cannot load thread {thread_id!r}, thread record: its head is record {record.head_seq}, "
+            f"but its log ends at record {last}: {cause}",
+            thread_id=thread_id,
+            seq=min(record.head_seq, last) + 1,
+        )
+    if record.head_hash is not None and chain is not None and record.head_hash != chain:
+        raise SerializationError(
+            f"cannot load thread {thread_id!r}, thread record: its head hash is not the hash its log "
+            f"holds after record {last}: the row was written for another log (restored from elsewhere, "
+            "or the log's last record was rewritten)",
+            thread_id=thread_id,
+            seq=last,
+        )
 
 
 def anchors_of(thread_id: str, snapshot: Event | None) -> dict[int, bytes]:
@@ -232,7 +300,7 @@ def history(
 ) -> Gen:
     """Snapshots at every checkpoint, newest first (or only ``checkpoint_id``)."""
     read = yield StoreCall("read", (env.thread_id,), {})
-    events, _ = checked_log(env.thread_id, read.events)
+    events, _ = checked_read(env.thread_id, read)
     wanted = seq_of_checkpoint(checkpoint_id) if checkpoint_id is not None else None
     before_seq = seq_of_checkpoint(before) if before is not None else None
     found: list[StateSnapshot] = []

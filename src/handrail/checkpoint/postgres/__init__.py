@@ -7,10 +7,14 @@ The backend, one concept a module:
 - :mod:`~handrail.checkpoint.postgres.schema`: the tables, their migrations (SQL, or a
   step in Python), and setup, one transaction under an advisory lock.
 - :mod:`~handrail.checkpoint.postgres.write`: the write path. An append is one statement
-  (one round trip, one transaction) that moves the thread's head or raises a conflict;
-  pruning and deletion; the one thing the saver remembers between appends.
+  (one round trip, one transaction) that moves the thread's head or raises a conflict,
+  its rows sealed (``checkpoint/seals.py``); the one thing the saver remembers between
+  appends. :mod:`~handrail.checkpoint.postgres.prune`: pruning.
+- :mod:`~handrail.checkpoint.postgres.deletions`: deleting a thread, and the record of
+  it that stays (SPEC rule 21), written in the same transaction.
 - :mod:`~handrail.checkpoint.postgres.read`: reads (one statement, one snapshot) and the
-  reviewers' inbox (one index walked in page order).
+  reviewers' inbox (one index walked in page order), every row checked against its seal.
+- :mod:`~handrail.checkpoint.postgres.repair`: a thread's rows rebuilt from its log.
 - :mod:`~handrail.checkpoint.postgres.liveness`: run liveness (SPEC rule 9), advisory
   locks that die with their connection.
 - :mod:`~handrail.checkpoint.postgres.queries`: all of the above for one schema. Every

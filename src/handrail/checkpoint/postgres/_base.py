@@ -83,7 +83,7 @@ class Tables:
         self.threads, self.events, self.pending = f"{p}threads", f"{p}events", f"{p}pending"
         self.pending_tools, self.runs, self.versions = f"{p}pending_tools", f"{p}runs", f"{p}schema_version"
         self.pending_metadata, self.readings = f"{p}pending_metadata", f"{p}readings"
-        self.feed = f"{p}feed"
+        self.feed, self.deletions = f"{p}feed", f"{p}deletions"
         self.lock_key = zlib.crc32((schema or "").encode()) - 2**31
         # the feed's sealer lock (``feed.py``): one 64-bit key per schema, apart from liveness keys
         self._feed_key = 2**62 + 1 + zlib.crc32(b"handrail feed " + (schema or "").encode())
@@ -92,11 +92,13 @@ class Tables:
         def alive(key: str) -> str:  # a run row without an owner (a queued thread's) is not alive
             return f"({key} IS NOT NULL AND {check(key)})"
 
+        # a thread row's columns (``read._record`` reads them), with its pending rows as JSON
         self.record_columns = (
             "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, "
             "t.metadata::text, CASE WHEN t.pending_count > 0 THEN (SELECT json_agg(json_build_array("
-            "p.interrupt_id, p.kind, p.tools, p.created_at, encode(p.payload, 'base64')) "
-            f"ORDER BY p.position)::text FROM {p}pending AS p WHERE p.thread_id = t.thread_id) END"
+            "p.interrupt_id, p.kind, p.tools, p.created_at, encode(p.payload, 'base64'), p.position, "
+            f"encode(p.seal, 'base64')) ORDER BY p.position)::text FROM {p}pending AS p "
+            "WHERE p.thread_id = t.thread_id) END, t.pending_count, t.head_hash, t.seal"
         )
         self.record_select = f"SELECT {self.record_columns} FROM {p}threads AS t"
         self._alive = alive

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -15,6 +15,8 @@ from handrail.checkpoint._records import Migration, check_append, check_reading
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
     ClaimFilter,
+    DeletionRecord,
+    Derived,
     FeedEntry,
     Notice,
     PendingFilter,
@@ -257,9 +259,26 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
     async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
         return await self._run(self._queries.list_pending(filter))
 
-    async def adelete_thread(self, thread_id: str) -> bool:
+    async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         self._cleared.forget(thread_id)
-        return await self._run(self._queries.delete_thread(thread_id))
+        return await self._run(self._queries.delete_thread(thread_id, by))
+
+    async def alist_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        return await self._run(self._queries.list_deletions(since, until, owners, metadata, limit))
+
+    async def arepair_thread(
+        self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
+    ) -> list[str]:
+        self._cleared.forget(thread_id)
+        return await self._run(self._queries.repair_thread(thread_id, derive, dry_run))
 
     async def aprune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
@@ -436,8 +455,28 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
     def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
         return self._call(lambda: self.alist_pending(filter))
 
-    def delete_thread(self, thread_id: str) -> bool:
-        return self._call(lambda: self.adelete_thread(thread_id))
+    def delete_thread(self, thread_id: str, *, by: Any = None) -> bool:
+        return self._call(lambda: self.adelete_thread(thread_id, by=by))
+
+    def list_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        return self._call(
+            lambda: self.alist_deletions(
+                since=since, until=until, owners=owners, metadata=metadata, limit=limit
+            )
+        )
+
+    def repair_thread(
+        self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
+    ) -> list[str]:
+        return self._call(lambda: self.arepair_thread(thread_id, derive, dry_run=dry_run))
 
     def prune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]

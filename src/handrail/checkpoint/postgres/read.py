@@ -24,13 +24,14 @@ from typing import Any
 
 import orjson
 
-from handrail.checkpoint._records import (
-    damaged,
-    decode_metadata,
-    event_from_row,
+from handrail.checkpoint._derived import (
     pending_from_row,
-    record_from_row,
+    thread_from_row,
+    thread_metadata,
+    with_pending,
+    without_thread,
 )
+from handrail.checkpoint._records import damaged, event_from_row
 from handrail.checkpoint.base import (
     ClaimFilter,
     PendingFilter,
@@ -56,36 +57,44 @@ class ReadSQL(Tables):
         upto = " AND e.seq <= %(upto)s" if upto_seq is not None else ""
         after = "%(after)s"
         saved = ""
+        nulls = ", ".join(["NULL"] * _RECORD_WIDTH)  # in place of the record's columns
         if from_reading and not after_seq and upto_seq is None:
             after = f"COALESCE((SELECT r.seq FROM {self.readings} AS r WHERE r.thread_id = %(thread)s), 0)"
             saved = (
-                "UNION ALL SELECT 2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, r.seq, 'reading', "
+                f"UNION ALL SELECT 2, {nulls}, r.seq, 'reading', "
                 f"r.created_at, r.payload FROM {self.readings} AS r WHERE r.thread_id = %(thread)s "
             )
         sql = (
             f"SELECT 0, {self.record_columns}, NULL::bigint, NULL::text, NULL::double precision, "
             f"NULL::bytea FROM {self.threads} AS t WHERE t.thread_id = %(thread)s {saved}UNION ALL "
-            "(SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.created_at, "
+            f"(SELECT 1, {nulls}, e.seq, e.kind, e.created_at, "
             f"e.payload FROM {self.events} AS e WHERE e.thread_id = %(thread)s AND e.seq > {after}{upto} "
             "ORDER BY e.seq)"
         )
         (result,) = yield [Query(sql, {"thread": thread_id, "after": after_seq, "upto": upto_seq})]
         record = reading = None
         events = []
+        start = 1 + _RECORD_WIDTH
         for row in result.rows:
             if row[0] == 0:
-                record = _record(row[1:9])
+                record = _record(row[1:start])
             elif row[0] == 2:
-                reading = event_from_row(thread_id, *row[9:])
+                reading = event_from_row(thread_id, *row[start:])
             else:
-                events.append(event_from_row(thread_id, *row[9:]))
+                events.append(event_from_row(thread_id, *row[start:]))
         if any(a.seq >= b.seq for a, b in itertools.pairwise(events)):
             events.sort(key=lambda event: event.seq)  # the rows came in another order
         return ThreadRead(record=record, events=events, reading=reading)
 
     def get_thread(self, thread_id: str) -> Op[ThreadRecord | None]:
         (result,) = yield [Query(self.record_select + " WHERE t.thread_id = %s", (thread_id,))]
-        return _record(result.rows[0]) if result.rows else None
+        if result.rows:
+            return _record(result.rows[0])
+        # no row: a thread that does not exist has no log either (else the row was damaged)
+        (logged,) = yield [Query(f"SELECT 1 FROM {self.events} WHERE thread_id = %s LIMIT 1", (thread_id,))]
+        if logged.rows:
+            raise damaged(thread_id, "thread record", "it is missing, yet the thread has records")
+        return None
 
     def list_threads(self, filter: ThreadFilter) -> Op[list[ThreadRecord]]:
         where: list[str] = []
@@ -133,12 +142,7 @@ class ReadSQL(Tables):
         indexes: list[tuple[str, str, str, list[Any]]] = []  # alias, table, condition, its params
         if filter.tool is not None:
             indexes.append(("o", self.pending_tools, "o.tool = %s", [filter.tool]))
-        indexed = _indexed_entries(filter.metadata)
-        owners = filter.owners
-        exact = None if owners is None else _exact_owner(owners, filter.metadata)
-        if exact is not None and _indexed(*exact):  # one name: walked like a metadata entry
-            indexed.append((exact[0], dumps(exact[1], where="the owners filter").decode()))
-            owners = None
+        indexed, owners = _walked_entries(filter)
         for key, value in indexed:
             m = f"m{len(indexes)}"
             condition = f"{m}.key = %s AND {m}.value = %s::jsonb"
@@ -156,6 +160,7 @@ class ReadSQL(Tables):
             # joined to pending on one column: the planner misjudges a two-column join as one row
             source = " ".join(parts) + f" JOIN {self.pending} AS p ON p.id = {first}.pending_id"
             order = f"{first}.page_key{direction}"
+            led = f", {first}.page_key"  # the index row that led to each review: checked against it
             for alias, *_ in indexes:  # the bounds on every index, for whichever the planner walks
                 if filter.thread_id is not None:
                     where.append(f"{alias}.thread_id = %s")
@@ -169,6 +174,7 @@ class ReadSQL(Tables):
         else:
             source = f"{self.pending} AS p"
             order = f"p.created_at{direction}, p.thread_id{direction}, p.interrupt_id{direction}"
+            led = ""
             if filter.thread_id is not None:
                 where.append("p.thread_id = %s")
                 params.append(filter.thread_id)
@@ -187,8 +193,9 @@ class ReadSQL(Tables):
         if owners is not None:  # on the thread's row: the walk in page order stays as it is
             where.append(_owners_clause(owners, params))
         sql = (
-            "SELECT p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload, "
-            f"t.metadata::text FROM {source} JOIN {self.threads} AS t ON t.thread_id = p.thread_id"
+            f"SELECT {_INBOX_COLUMNS}{led} FROM {source} "
+            # a review whose thread has no row (damage) comes too, to be refused
+            f"LEFT JOIN {self.threads} AS t ON t.thread_id = p.thread_id"
             + (" WHERE " + " AND ".join(where) if where else "")
             + f" ORDER BY {order} LIMIT %s"
         )
@@ -196,19 +203,70 @@ class ReadSQL(Tables):
         return Query(sql, join_params + params)
 
     def list_pending(self, filter: PendingFilter) -> Op[list[PendingItem]]:
+        """The inbox's page; each review on it checked (its seal, chained to its thread's
+        row, which is checked too), and the index rows that led to it, if any did
+        (``seals.py``, rule 4: the same page key, the tool and metadata entries its own)."""
         (result,) = yield [self.pending_query(filter, time.time())]
-        metadata_of: dict[str, Any] = {}
+        entries, _ = _walked_entries(filter)
+        threads: dict[str, tuple[dict[str, Any], bytes | None]] = {}
         items = []
-        for *pending, metadata in result.rows:
-            thread_id = pending[0]
-            if thread_id not in metadata_of:
-                metadata_of[thread_id] = decode_metadata(metadata, thread_id)
-            items.append(
-                PendingItem(
-                    thread_id=thread_id, review=pending_from_row(*pending), metadata=metadata_of[thread_id]
-                )
+        for row in result.rows:
+            pending, thread = row[:8], row[8:18]
+            thread_id = thread[0]
+            if thread_id is None:
+                raise without_thread(pending[0], pending[1])
+            known = threads.get(thread_id)
+            if known is None:
+                known = threads[thread_id] = thread_metadata(thread)
+            metadata, head_hash = known
+            review = pending_from_row(
+                thread_id, *pending[1:6], head_hash=head_hash, position=pending[6], seal=pending[7]
             )
+            if len(row) > 18 and not _led_by(row[18], review, thread_id, metadata, filter.tool, entries):
+                raise damaged(
+                    thread_id,
+                    f"pending review {review.interrupt_id!r}",
+                    "the index row (tool or metadata) that led to it is not its own (damaged)",
+                )
+            items.append(PendingItem(thread_id=thread_id, review=review, metadata=metadata))
         return items
+
+
+_INBOX_COLUMNS = (
+    "p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload, p.position, p.seal, "
+    "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, t.metadata::text, "
+    "t.pending_count, t.head_hash, t.seal"
+)  # a review of the inbox and its thread's row (checked: the metadata shown is the thread's)
+
+
+def _led_by(
+    key: Any,
+    review: PendingReview,
+    thread_id: str,
+    metadata: Mapping[str, Any],
+    tool: str | None,
+    entries: list[tuple[str, str]],
+) -> bool:
+    """Whether the index rows that led the inbox to ``review`` (joined on the page key
+    ``key``) are its own: the review's page key, a tool it is about, and metadata entries
+    its thread has (``seals.py``, rule 4)."""
+    if key != page_key(review.created_at, thread_id, review.interrupt_id):
+        return False
+    if tool is not None and tool not in review.tools:
+        return False
+    missing = object()
+    return all(_same_scalar(metadata.get(k, missing), orjson.loads(v)) for k, v in entries)
+
+
+def _same_scalar(found: Any, wanted: Any) -> bool:
+    """JSON equality of two scalars as ``jsonb`` has it: ``true`` is not ``1``, ``1`` is ``1.0``."""
+    if isinstance(found, bool) or isinstance(wanted, bool):
+        return type(found) is type(wanted) and found == wanted
+    if found is None or wanted is None:
+        return found is None and wanted is None
+    if isinstance(found, (int, float)) and isinstance(wanted, (int, float)):
+        return found == wanted
+    return isinstance(found, str) and isinstance(wanted, str) and found == wanted
 
 
 def page_key(created_at: float, thread_id: str, interrupt_id: str) -> bytes:
@@ -227,6 +285,19 @@ def page_key(created_at: float, thread_id: str, interrupt_id: str) -> bytes:
 
 _FLOAT64 = struct.Struct(">d")
 _INT64 = struct.Struct(">q")
+
+
+def _walked_entries(filter: PendingFilter) -> tuple[list[tuple[str, str]], ClaimFilter | None]:
+    """The metadata entries whose index the inbox walks, as (key, JSON): the filter's that
+    ``pending_metadata`` indexes, and an owners filter that names one agent; then the
+    owners filter left to compare on the thread's row (None: none, or walked)."""
+    indexed = _indexed_entries(filter.metadata)
+    owners = filter.owners
+    exact = None if owners is None else _exact_owner(owners, filter.metadata)
+    if exact is not None and _indexed(*exact):  # one name: walked like a metadata entry
+        indexed.append((exact[0], dumps(exact[1], where="the owners filter").decode()))
+        owners = None
+    return indexed, owners
 
 
 def _indexed_entries(metadata: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -291,19 +362,22 @@ def _metadata_clauses(metadata: Any, params: list[Any]) -> list[str]:
     return clauses
 
 
+_RECORD_WIDTH = 11  # the columns of ``Tables.record_columns``
+
+
 def _record(row: Row) -> ThreadRecord:
-    thread_id = row[0]
-    pending: list[PendingReview] = []
-    if row[7] is not None:
+    """A thread's record from the columns of ``Tables.record_columns``, each checked."""
+    reviews, count = row[7], row[8]
+    record = thread_from_row((*row[:7], *row[8:]))
+    rows: list[tuple[Any, ...]] = []
+    if reviews is not None:
+        thread_id = record.thread_id
         try:
-            items = orjson.loads(row[7])
-            for interrupt_id, kind, tools, created_at, payload in items:
-                pending.append(
-                    pending_from_row(
-                        thread_id, interrupt_id, kind, tools, created_at, base64.b64decode(payload)
-                    )
+            for interrupt_id, kind, tools, created_at, payload, position, sealed in orjson.loads(reviews):
+                found = base64.b64decode(sealed) if sealed is not None else None
+                rows.append(
+                    (interrupt_id, kind, tools, created_at, base64.b64decode(payload), position, found)
                 )
         except (ValueError, TypeError) as exc:
             raise damaged(thread_id, "thread record", f"its pending reviews cannot be read ({exc})") from None
-    _, head_seq, status, epoch, created_at, updated_at, metadata = row[:7]
-    return record_from_row(thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending)
+    return with_pending(record, count, rows)

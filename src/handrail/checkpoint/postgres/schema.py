@@ -6,10 +6,11 @@ thread), ``pending`` (one row per pending review, indexed in the inbox's ``(crea
 thread_id, interrupt_id)`` keyset order), ``pending_tools`` and ``pending_metadata``
 (the inbox's tool and metadata filters, keyed by filter value and *page key*),
 ``readings`` (each thread's saved reading), ``runs`` (claimed runs, and queued
-threads), ``feed`` (the notices the review service reads: ``feed.py``) and
-``schema_version``; the functions ``handrail_conflict``, ``handrail_fail`` and
-``handrail_page_key``. Key columns use the ``"C"`` collation so that the inbox orders
-exactly as the in-memory store does.
+threads), ``feed`` (the notices the review service reads: ``feed.py``), ``deletions``
+(what deleting a thread leaves: ``deletions.py``) and ``schema_version``. Thread rows,
+pending rows and deletion records carry seals (``checkpoint/seals.py``, version 7); the functions
+``handrail_conflict``, ``handrail_fail`` and ``handrail_page_key``. Key columns use the
+``"C"`` collation so that the inbox orders exactly as the in-memory store does.
 
 :meth:`SchemaSQL.setup` creates or migrates the schema in one transaction under
 ``pg_advisory_xact_lock``, so any number of processes may call it at once. A migration
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import StoredEvent
-from handrail.checkpoint.integrity import seal_log
+from handrail.checkpoint.integrity import HASH_SIZE, seal_log
 from handrail.checkpoint.postgres._base import (
     BEGIN,
     COMMIT,
@@ -35,7 +36,9 @@ from handrail.checkpoint.postgres._base import (
     Tables,
     _bare,
 )
+from handrail.checkpoint.postgres.deletions import deletion_seal_sql, deletions_migration
 from handrail.checkpoint.postgres.feed import feed_migration
+from handrail.checkpoint.seals import head_after, review_seal, thread_digest
 from handrail.errors import ConfigurationError
 
 __all__ = ["Op", "PostgresMigration", "Query", "Result", "SchemaSQL", "migrations"]
@@ -204,6 +207,26 @@ def migrations(p: str) -> tuple[Migration, ...]:
             "the feed of notices (reviews asked and answered, runs ended) and queued runs, for the service",
             feed_migration(p),
         ),
+        Migration(
+            6,
+            "what deleting a thread leaves: who, when, the head of its log, its metadata (SPEC rule 21)",
+            deletions_migration(p),
+        ),
+        PostgresMigration(
+            7,
+            "thread rows, pending reviews and deletion records sealed, bound to their log's head "
+            "(SPEC rule 10)",
+            (
+                f"ALTER TABLE {p}threads ADD COLUMN head_hash bytea, ADD COLUMN seal bytea",
+                f"ALTER TABLE {p}pending ADD COLUMN seal bytea",
+                f"ALTER TABLE {p}deletions ADD COLUMN seal bytea",
+                f"UPDATE {p}deletions SET seal = "
+                + deletion_seal_sql(
+                    "thread_id", "deleted_at", "head_seq", "head_hash", "deleted_by", "metadata"
+                ),
+            ),
+            step=_seal_every_row,
+        ),
     )
 
 
@@ -232,6 +255,55 @@ def _seal_every_log(prefix: str) -> Op[None]:
         if updates:
             yield updates
     yield [Query(f"DELETE FROM {prefix}readings")]
+
+
+_BATCH = 500  # rows sealed per round trip
+
+
+def _seal_every_row(prefix: str) -> Op[None]:
+    """Seal the thread and pending rows written before rows had seals (``seals.py``, rule
+    6), as they are: bound to the hash sealed into the last record of the thread's log
+    (none when that record is a snapshot, whose chain value only the runtime can read, or
+    has no seal). The thread row's seal is finished in SQL, over its metadata as text."""
+    header = 1 + HASH_SIZE
+    last = (
+        f"(SELECT {{}} FROM {prefix}events AS e WHERE e.thread_id = t.thread_id ORDER BY e.seq DESC LIMIT 1)"
+    )
+    (threads,) = yield [
+        Query(
+            "SELECT t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, t.pending_count, "
+            f"{last.format('e.kind')}, {last.format(f'substring(e.payload FROM 1 FOR {header})')} "
+            f"FROM {prefix}threads AS t"
+        )
+    ]
+    heads: dict[str, bytes | None] = {}
+    updates = []
+    for thread_id, head_seq, status, epoch, created, updated, count, kind, start in threads.rows:
+        head = heads[thread_id] = (
+            head_after([StoredEvent(1, "", 0.0, bytes(start))], None)
+            if start is not None and kind != "snapshot"
+            else None
+        )
+        digest = thread_digest(thread_id, head_seq, head, status, epoch, created, updated, count)
+        updates.append(
+            Query(
+                f"UPDATE {prefix}threads SET head_hash = %s, seal = sha256(%s || convert_to(metadata::text, "
+                "'UTF8')) WHERE thread_id = %s",
+                (head, digest, thread_id),
+            )
+        )
+    (reviews,) = yield [
+        Query(
+            "SELECT id, thread_id, position, interrupt_id, kind, tools, created_at, payload "
+            f"FROM {prefix}pending"
+        )
+    ]
+    for row_id, thread_id, position, interrupt_id, kind, tools, at, payload in reviews.rows:
+        head = heads.get(thread_id)
+        seal = review_seal(head, thread_id, position, interrupt_id, kind, tools, at, bytes(payload))
+        updates.append(Query(f"UPDATE {prefix}pending SET seal = %s WHERE id = %s", (seal, row_id)))
+    for start in range(0, len(updates), _BATCH):
+        yield updates[start : start + _BATCH]
 
 
 @dataclass(frozen=True, slots=True)

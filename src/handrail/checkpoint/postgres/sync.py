@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -16,6 +16,8 @@ from handrail.checkpoint._records import Migration, check_append, check_reading
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
     ClaimFilter,
+    DeletionRecord,
+    Derived,
     FeedEntry,
     Notice,
     PendingFilter,
@@ -286,9 +288,26 @@ class PostgresSaver(BaseCheckpointSaver):
     def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
         return self._run(self._queries.list_pending(filter))
 
-    def delete_thread(self, thread_id: str) -> bool:
+    def delete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         self._cleared.forget(thread_id)
-        return self._run(self._queries.delete_thread(thread_id))
+        return self._run(self._queries.delete_thread(thread_id, by))
+
+    def list_deletions(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        owners: ClaimFilter | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int = 1000,
+    ) -> list[DeletionRecord]:
+        return self._run(self._queries.list_deletions(since, until, owners, metadata, limit))
+
+    def repair_thread(
+        self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
+    ) -> list[str]:
+        self._cleared.forget(thread_id)
+        return self._run(self._queries.repair_thread(thread_id, derive, dry_run))
 
     def prune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]

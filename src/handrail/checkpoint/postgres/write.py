@@ -1,4 +1,4 @@
-"""The Postgres write path: appends, pruning, deletion, and what the saver remembers of them.
+"""The Postgres write path: appends, pruning, and what the saver remembers of them.
 
 **An append is one statement, one round trip**: data-modifying CTEs that move the
 thread row from the expected head to the new one (``UPDATE ... WHERE head_seq =
@@ -32,6 +32,7 @@ from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
 from handrail.checkpoint.postgres.read import page_key
 from handrail.checkpoint.postgres.schema import INDEXED_SQL
+from handrail.checkpoint.seals import head_after, record_digest, review_seals
 from handrail.errors import ConflictError, SerializationError
 
 __all__ = ["WriteSQL", "append_error", "append_flow"]
@@ -50,8 +51,8 @@ _LISTED_REVIEWS = 4
 _CACHED_PARAMS = 50
 _IN_ARRAYS = -1  # an append's shape: its events (or reviews) in arrays, however many
 _EVENT_KEYS = tuple((f"e{n}s", f"e{n}k", f"e{n}t", f"e{n}p") for n in range(_LISTED_EVENTS))
-_REVIEW_FIELDS = 6  # interrupt id, kind, tools, created_at, payload, page key
-_REVIEW_KEYS = tuple(tuple(f"r{n}{field}" for field in "iklapg") for n in range(_LISTED_REVIEWS))
+_REVIEW_FIELDS = 7  # interrupt id, kind, tools, created_at, payload, page key, seal
+_REVIEW_KEYS = tuple(tuple(f"r{n}{field}" for field in "iklapgs") for n in range(_LISTED_REVIEWS))
 # Notices (a handful an append at most) are listed too, their kinds written into the SQL.
 _LISTED_NOTICES = 4
 _NOTICE_KEYS = tuple(f"n{n}" for n in range(_LISTED_NOTICES))
@@ -59,7 +60,7 @@ _NOTICE_KINDS = frozenset({"review.requested", "review.decided", "run.finished"}
 
 
 class WriteSQL(Tables):
-    """Appends, pruning and deletion."""
+    """Appends (pruning: ``prune.py``; deleting a thread, and the record it leaves: ``deletions.py``)."""
 
     def append(
         self,
@@ -89,7 +90,18 @@ class WriteSQL(Tables):
         transaction, so its commit does not wait for the WAL flush (the server keeps it
         if our process dies; WAL order makes the next durable commit flush it too).
         ``notices`` go to the feed and ``queue`` leaves the thread queued (``feed.py``).
+
+        The thread row and the pending rows are sealed to the head hash (``seals.py``): the
+        last event's; an append without events first reads the row's, and moves the row
+        only if it still holds it. The server finishes the thread row's seal over its
+        metadata as ``jsonb`` gives it back.
         """
+        head_hash = head_after(events, None)
+        if not events and expected_seq > 0:
+            (found,) = yield [
+                Query(f"SELECT head_hash FROM {self.threads} WHERE thread_id = %s", (thread_id,))
+            ]
+            head_hash = bytes(found.rows[0][0]) if found.rows and found.rows[0][0] is not None else None
         params: dict[str, Any] = {
             "thread": thread_id,
             "expected": expected_seq,
@@ -100,6 +112,8 @@ class WriteSQL(Tables):
             "updated": record.updated_at,
             "metadata": encode_metadata(record.metadata, thread_id).decode(),
             "count": len(record.pending),
+            "head_hash": head_hash,
+            "digest": record_digest(record, head_hash, thread_id),
         }
         claiming = 0  # 1: claim a run, 2: claim and release the same run
         if claim is not None:
@@ -134,6 +148,7 @@ class WriteSQL(Tables):
             )
         reviews = record.pending
         listed_reviews = len(reviews)  # or in arrays, past psycopg's cache (see _CACHED_PARAMS)
+        seals = review_seals(record, head_hash, thread_id) if reviews else ()
         if len(reviews) > _LISTED_REVIEWS or len(params) + _REVIEW_FIELDS * len(reviews) > _CACHED_PARAMS:
             listed_reviews = _IN_ARRAYS
             params.update(
@@ -143,10 +158,11 @@ class WriteSQL(Tables):
                 review_times=[r.created_at for r in reviews],
                 review_payloads=[r.payload for r in reviews],
                 review_keys=[page_key(r.created_at, thread_id, r.interrupt_id) for r in reviews],
+                review_seals=list(seals),
             )
         else:
-            for (interrupt, kind, tools, at, payload, key), review in zip(
-                _REVIEW_KEYS, reviews, strict=False
+            for (interrupt, kind, tools, at, payload, key, sealed), review, seal in zip(
+                _REVIEW_KEYS, reviews, seals, strict=False
             ):
                 params[interrupt] = review.interrupt_id
                 params[kind] = review.kind
@@ -154,6 +170,7 @@ class WriteSQL(Tables):
                 params[at] = review.created_at
                 params[payload] = review.payload
                 params[key] = page_key(review.created_at, thread_id, review.interrupt_id)
+                params[sealed] = seal
         shape = (
             expected_seq == 0,
             listed_events,
@@ -208,22 +225,28 @@ class WriteSQL(Tables):
         ``_IN_ARRAYS``: any number, in array parameters.
         """
         p = self.prefix
+        # the row's seal: the digest of its other columns, then its metadata as jsonb gives it back
+        seal = "sha256(%(digest)b || convert_to(%(metadata)s::jsonb::text, 'UTF8'))"
         row = (
             "head_seq = %(head)s, status = %(status)s, created_at = %(created)s, updated_at = %(updated)s, "
-            "metadata = %(metadata)s::jsonb, pending_count = %(count)s"
+            "metadata = %(metadata)s::jsonb, pending_count = %(count)s, head_hash = %(head_hash)b, "
+            f"seal = {seal}"
         )
         returned = "metadata" if pending and tag else "1"  # tagged reads it; others look for a row
         if new:  # a new thread, or one still at event 0
             moved = (
                 f"INSERT INTO {self.threads} AS t (thread_id, epoch, head_seq, status, created_at, "
-                "updated_at, metadata, pending_count) VALUES (%(thread)s, %(epoch)s, %(head)s, %(status)s, "
-                "%(created)s, %(updated)s, %(metadata)s::jsonb, %(count)s) ON CONFLICT (thread_id) DO UPDATE "
-                f"SET epoch = excluded.epoch, {row} WHERE t.head_seq = 0 RETURNING {returned}"
+                "updated_at, metadata, pending_count, head_hash, seal) VALUES (%(thread)s, %(epoch)s, "
+                "%(head)s, %(status)s, %(created)s, %(updated)s, %(metadata)s::jsonb, %(count)s, "
+                f"%(head_hash)b, {seal}) ON CONFLICT (thread_id) DO UPDATE SET epoch = excluded.epoch, {row} "
+                f"WHERE t.head_seq = 0 RETURNING {returned}"
             )
         else:
+            # without events, the head hash the seals were made for must still be the row's
+            same_hash = " AND head_hash IS NOT DISTINCT FROM %(head_hash)b" if not events else ""
             moved = (
                 f"UPDATE {self.threads} SET {row} WHERE thread_id = %(thread)s AND head_seq = %(expected)s "
-                f"AND epoch = %(epoch)s RETURNING {returned}"
+                f"AND epoch = %(epoch)s{same_hash} RETURNING {returned}"
             )
         go = "EXISTS (SELECT FROM moved)"
         # A review's tool and metadata rows come and go with its pending row, so a thread
@@ -272,7 +295,8 @@ class WriteSQL(Tables):
             if pending == _IN_ARRAYS:
                 reviews = (
                     "unnest(%(ids)s::text[], %(review_kinds)s::text[], %(tools)s::jsonb[], "
-                    "%(review_times)s::double precision[], %(review_payloads)b::bytea[]) WITH ORDINALITY"
+                    "%(review_times)s::double precision[], %(review_payloads)b::bytea[], "
+                    "%(review_seals)b::bytea[]) WITH ORDINALITY"
                 )
                 keys = "unnest(%(ids)s::text[], %(review_keys)b::bytea[])"
             else:
@@ -285,20 +309,21 @@ class WriteSQL(Tables):
                             f"%({tools})s",
                             f"%({at})s",
                             f"%({payload})b",
+                            f"%({sealed})b",
                             str(n),
                         )
-                        for n, (interrupt, kind, tools, at, payload, _) in enumerate(listed, start=1)
+                        for n, (interrupt, kind, tools, at, payload, _, sealed) in enumerate(listed, start=1)
                     ],
-                    ("text", "text", "jsonb", "double precision", "bytea", "bigint"),
+                    ("text", "text", "jsonb", "double precision", "bytea", "bytea", "bigint"),
                 )
                 keys = _values(
                     [(f"%({fields[0]})s", f"%({fields[5]})b") for fields in listed], ("text", "bytea")
                 )
             ctes += [
                 f"added AS (INSERT INTO {self.pending} (thread_id, interrupt_id, position, kind, tools, "
-                "created_at, payload) SELECT %(thread)s, r.interrupt_id, r.n - 1, r.kind, "
-                "ARRAY(SELECT jsonb_array_elements_text(r.tools)), r.created_at, r.payload "
-                f"FROM {reviews} AS r (interrupt_id, kind, tools, created_at, payload, n) "
+                "created_at, payload, seal) SELECT %(thread)s, r.interrupt_id, r.n - 1, r.kind, "
+                "ARRAY(SELECT jsonb_array_elements_text(r.tools)), r.created_at, r.payload, r.seal "
+                f"FROM {reviews} AS r (interrupt_id, kind, tools, created_at, payload, seal, n) "
                 f"WHERE {after('cleared')}{go} "
                 "RETURNING id, interrupt_id, tools, created_at)",
                 # each added review with its page key (read twice, so computed once)
@@ -369,58 +394,6 @@ class WriteSQL(Tables):
         # evaluated in every case: the setting lasts until this statement's commit
         relax = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
         return "WITH " + ", ".join(ctes) + f" SELECT CASE WHEN {go} THEN {relax} ELSE {conflict} END"
-
-    def prune(
-        self, thread_id: str, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
-    ) -> Op[int]:
-        # one statement: nothing is dropped unless the snapshot took its place
-        (result,) = yield [
-            Query(
-                f"WITH replaced AS (UPDATE {self.events} SET kind = %s, created_at = %s, payload = %s "
-                "WHERE thread_id = %s AND seq = %s RETURNING 1), "
-                f"dropped AS (DELETE FROM {self.events} WHERE thread_id = %s AND seq < %s "
-                "AND NOT (kind = ANY(%s)) AND EXISTS (SELECT FROM replaced) RETURNING 1), "
-                # a saved reading holds the history before the snapshot: the next run saves another
-                f"forgot AS (DELETE FROM {self.readings} WHERE thread_id = %s "
-                "AND EXISTS (SELECT FROM replaced)) "
-                "SELECT (SELECT count(*) FROM replaced), (SELECT count(*) FROM dropped)",
-                (
-                    snapshot.kind,
-                    snapshot.created_at,
-                    snapshot.payload,
-                    thread_id,
-                    upto_seq,
-                    thread_id,
-                    upto_seq,
-                    sorted(keep_kinds),
-                    thread_id,
-                ),
-            )
-        ]
-        replaced, dropped = result.rows[0]
-        if replaced != 1:
-            raise ValueError(f"thread {thread_id!r} has no event {upto_seq} to replace with a snapshot")
-        return int(dropped)
-
-    def delete_thread(self, thread_id: str) -> Op[bool]:
-        tables = (
-            self.events,
-            self.pending,
-            self.pending_tools,
-            self.pending_metadata,
-            self.runs,
-            self.readings,
-        )
-        deletes = ", ".join(
-            f"d{n} AS (DELETE FROM {table} WHERE thread_id = %s)" for n, table in enumerate(tables)
-        )
-        (result,) = yield [
-            Query(
-                f"WITH {deletes} DELETE FROM {self.threads} WHERE thread_id = %s",
-                (thread_id,) * (len(tables) + 1),
-            )
-        ]
-        return result.rowcount > 0
 
     def conflict_error(self, detail: str | None, thread_id: str, expected_seq: int) -> ConflictError:
         """The ConflictError for what ``handrail_conflict()`` found (its DETAIL)."""

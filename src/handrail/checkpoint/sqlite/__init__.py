@@ -13,8 +13,9 @@ the prefix (``_adopt_plain_names``). A damaged file raises
 
 ``events``         the logs: ``(thread_id, seq)`` is the primary key, ``payload`` the
                    serialised event (JSON, never pickle).
-``threads``        one row per thread: head, status, epoch, times, metadata (JSON).
-``pending``        one row per pending review, indexed for the inbox: by
+``threads``        one row per thread: head, status, epoch, times, metadata (JSON), and
+                   the head hash and seal that bind it to its log (``checkpoint/seals.py``).
+``pending``        one row per pending review (sealed too), indexed for the inbox: by
                    ``(created_at, thread_id, interrupt_id)`` for keyset paging and by
                    ``kind``; ``pending_tools`` indexes the tool names of each review.
 ``readings``       each thread's saved reading (its state at an event).
@@ -22,6 +23,8 @@ the prefix (``_adopt_plain_names``). A damaged file raises
 ``run_owners``     the run id ``queued`` and no owner is a thread answered for a worker.
 ``feed``           the notices the review service reads (reviews asked and answered,
                    runs ended), written with the appends they tell of (``_feed``).
+``deletions``      what each deletion of a thread left: who, when, the number and hash
+                   of its log's last record, its metadata (``_deletions``).
 
 The file is opened in WAL mode, so readers never wait for the writer. An append is
 one ``BEGIN IMMEDIATE`` transaction that reads the thread's head and epoch, refuses a
@@ -66,7 +69,10 @@ Where things are
 ``_schema``        the file: the tables, migrations, older files, damage.
 ``_connections``   options, the connection pool, transactions, opening and closing.
 ``_writes``        the write path: appends, group commit, the rows a saver remembers,
-                   deleting and pruning.
+                   pruning.
+``_rows``          the rows an append writes beside the events, sealed (``checkpoint/seals.py``).
+``_deletions``     deleting a thread, and the record it leaves (SPEC rule 21).
+``_repair``        a thread's derived rows rebuilt from its log (``repair_thread``).
 ``_reads``         reads: a thread, the thread list, the inbox.
 ``_runs``          run liveness (SPEC rule 9): claims, leases, live runs.
 ``_feed``          the feed of notices and the queue of answered threads.
@@ -89,13 +95,14 @@ from types import TracebackType
 from typing import Any
 
 from handrail.checkpoint.sqlite._connections import Synchronous
+from handrail.checkpoint.sqlite._deletions import _Deletions
 from handrail.checkpoint.sqlite._reads import _Reads
-from handrail.checkpoint.sqlite._writes import _Writes
+from handrail.checkpoint.sqlite._repair import _Repairs
 
 __all__ = ["AsyncSqliteSaver", "SqliteSaver"]
 
 
-class _SqliteStore(_Writes, _Reads):
+class _SqliteStore(_Repairs, _Deletions, _Reads):
     """What SqliteSaver and AsyncSqliteSaver share: everything but setup and closing."""
 
     def __init__(

@@ -15,19 +15,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from handrail.checkpoint._records import (
-    check_thread_id,
-    damaged,
-    decode_metadata,
-    encode_owners,
-    event_from_row,
+from handrail.checkpoint._derived import (
     pending_from_row,
-    record_from_row,
+    thread_from_row,
+    thread_metadata,
+    tool_index_matches,
+    with_pending,
+    without_thread,
 )
+from handrail.checkpoint._records import damaged, encode_owners, event_from_row
 from handrail.checkpoint.base import (
     PendingFilter,
     PendingItem,
-    PendingReview,
     ThreadFilter,
     ThreadRead,
     ThreadRecord,
@@ -35,8 +34,15 @@ from handrail.checkpoint.base import (
 from handrail.checkpoint.serde import dumps
 from handrail.checkpoint.sqlite._connections import _Connections, fetch_all
 
-_RECORD_COLUMNS = "thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count"
-_PENDING_COLUMNS = "p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload"
+_RECORD_COLUMNS = (
+    "thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count, head_hash, seal"
+)
+_PENDING_COLUMNS = "p.thread_id, p.interrupt_id, p.kind, p.tools, p.created_at, p.payload, p.position, p.seal"
+# the thread's row beside each review of the inbox: checked, for the metadata it shows
+_THREAD_COLUMNS = (
+    "t.thread_id, t.head_seq, t.status, t.epoch, t.created_at, t.updated_at, t.metadata, t.pending_count, "
+    "t.head_hash, t.seal"
+)
 
 
 class _Reads(_Connections):
@@ -77,6 +83,12 @@ class _Reads(_Connections):
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         with self._transaction(write=False) as conn:
             records = self._records(conn, "WHERE thread_id = ?", [thread_id])
+            # no row: a thread that does not exist has no log either (else the row was damaged)
+            logged = not records and fetch_all(
+                conn, "SELECT 1 FROM handrail_events WHERE thread_id = ? LIMIT 1", (thread_id,)
+            )
+        if logged:
+            raise damaged(thread_id, "thread record", "it is missing, yet the thread has records")
         return records[0] if records else None
 
     def list_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
@@ -104,21 +116,32 @@ class _Reads(_Connections):
             return self._records(conn, clause, params)
 
     def list_pending(self, filter: PendingFilter) -> list[PendingItem]:
+        """The inbox's page; each review on it checked (its seal, chained to its thread's
+        row, which is checked too), and the tool index row that led to it, if one did."""
         sql, params = self._pending_query(filter, time.time())
         with self._transaction(write=False) as conn:
             rows = fetch_all(conn, sql, params)
-        metadata_of: dict[str, Any] = {}
+        threads: dict[Any, tuple[dict[str, Any], bytes | None]] = {}
         items = []
-        for *pending, metadata in rows:
-            thread_id = pending[0]
-            if thread_id not in metadata_of:
-                check_thread_id(thread_id)
-                metadata_of[thread_id] = decode_metadata(metadata, thread_id)
-            items.append(
-                PendingItem(
-                    thread_id=thread_id, review=pending_from_row(*pending), metadata=metadata_of[thread_id]
-                )
+        for row in rows:
+            pending, thread = row[:8], row[8:18]
+            thread_id = thread[0]
+            if thread_id is None:
+                raise without_thread(pending[0], pending[1])
+            known = threads.get(thread_id)
+            if known is None:
+                known = threads[thread_id] = thread_metadata(thread)
+            metadata, head_hash = known
+            review = pending_from_row(
+                thread_id, *pending[1:6], head_hash=head_hash, position=pending[6], seal=pending[7]
             )
+            if filter.tool is not None and not tool_index_matches(review, filter.tool, row[18]):
+                raise damaged(
+                    thread_id,
+                    f"pending review {review.interrupt_id!r}",
+                    "the row of the tool index that led to it is not its own (damaged)",
+                )
+            items.append(PendingItem(thread_id=thread_id, review=review, metadata=metadata))
         return items
 
     def _pending_query(self, filter: PendingFilter, now: float) -> tuple[str, list[Any]]:
@@ -156,14 +179,20 @@ class _Reads(_Connections):
             where.append(f"({o}.created_at, {o}.thread_id, {o}.interrupt_id) {past} (?, ?, ?)")
             params += list(filter.after)
         if filter.metadata:
-            where.append("handrail_metadata_matches(CAST(t.thread_id AS BLOB), t.metadata, ?)")
+            where.append(
+                "(t.thread_id IS NULL OR handrail_metadata_matches(CAST(t.thread_id AS BLOB), t.metadata, ?))"
+            )
             params.append(dumps(dict(filter.metadata), where="the metadata filter"))
         if filter.owners is not None:  # on the thread's row, as the metadata filter: the walk keeps its index
-            where.append("handrail_owners_match(CAST(t.thread_id AS BLOB), t.metadata, ?)")
+            where.append(
+                "(t.thread_id IS NULL OR handrail_owners_match(CAST(t.thread_id AS BLOB), t.metadata, ?))"
+            )
             params.append(encode_owners(filter.owners))
+        indexed = ", o.created_at" if filter.tool is not None else ""
         sql = (
-            f"SELECT {_PENDING_COLUMNS}, t.metadata FROM {source} "
-            "JOIN handrail_threads AS t ON t.thread_id = p.thread_id"
+            f"SELECT {_PENDING_COLUMNS}, {_THREAD_COLUMNS}{indexed} FROM {source} "
+            # a review whose thread has no row (damage) comes too, to be refused
+            "LEFT JOIN handrail_threads AS t ON t.thread_id = p.thread_id"
             + ((" WHERE " + " AND ".join(where)) if where else "")
             + f" ORDER BY {o}.created_at{direction}, {o}.thread_id{direction}, "
             + f"{o}.interrupt_id{direction} LIMIT ?"
@@ -174,7 +203,7 @@ class _Reads(_Connections):
     def _records(self, conn: sqlite3.Connection, clause: str, params: Sequence[Any]) -> list[ThreadRecord]:
         rows = fetch_all(conn, f"SELECT {_RECORD_COLUMNS} FROM handrail_threads {clause}", params)
         with_pending = [row[0] for row in rows if row[7]]
-        pending: dict[str, list[PendingReview]] = {}
+        pending: dict[Any, list[Sequence[Any]]] = {}
         for start in range(0, len(with_pending), 500):
             chunk = with_pending[start : start + 500]
             marks = ", ".join("?" * len(chunk))
@@ -184,15 +213,10 @@ class _Reads(_Connections):
                 "ORDER BY p.thread_id, p.position",
                 chunk,
             ):
-                pending.setdefault(row[0], []).append(pending_from_row(*row))
+                pending.setdefault(row[0], []).append(row[1:])
         return [_record(row, pending.get(row[0], ())) for row in rows]
 
 
-def _record(row: Sequence[Any], pending: Sequence[PendingReview]) -> ThreadRecord:
-    thread_id, head_seq, status, epoch, created_at, updated_at, metadata, count = row
-    record = record_from_row(thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending)
-    if count != len(pending) or type(count) is not int:  # the row counts its reviews: one went missing
-        raise damaged(
-            thread_id, "thread record", f"it counts {count!r} pending reviews, {len(pending)} found"
-        )
-    return record
+def _record(row: Sequence[Any], pending: Sequence[Sequence[Any]]) -> ThreadRecord:
+    """A thread's record from its row and its pending rows, each checked (``_records``)."""
+    return with_pending(thread_from_row(row), row[7], pending)

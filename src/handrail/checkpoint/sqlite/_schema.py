@@ -18,12 +18,16 @@ SQLite cannot read, a schema version handrail never wrote) raises
 from __future__ import annotations
 
 import sqlite3
+import struct
 import time
 from collections.abc import Sequence
 
+import orjson
+
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import StoredEvent
-from handrail.checkpoint.integrity import seal_log
+from handrail.checkpoint.integrity import HASH_SIZE, seal_log
+from handrail.checkpoint.seals import deletion_seal, head_after, review_seal, thread_digest, thread_seal
 from handrail.errors import ConfigurationError, SerializationError
 
 __all__ = [
@@ -185,6 +189,35 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX handrail_feed_by_time ON handrail_feed (created_at)",
         ),
     ),
+    Migration(
+        6,
+        "what deleting a thread leaves: who, when, the head of its log, its metadata (SPEC rule 21)",
+        (
+            # ``deleted_by`` is JSON (``null`` when nobody was named); ``head_hash`` is NULL
+            # when the log's last record had no seal. Rows are only added: by ``_deletions``.
+            """CREATE TABLE handrail_deletions (
+                id         INTEGER PRIMARY KEY AUTOINCREMENT,
+                thread_id  TEXT NOT NULL,
+                deleted_at REAL NOT NULL,
+                deleted_by BLOB NOT NULL,
+                head_seq   INTEGER NOT NULL,
+                head_hash  TEXT,
+                metadata   BLOB NOT NULL
+            )""",
+            "CREATE INDEX handrail_deletions_by_time ON handrail_deletions (deleted_at, thread_id, id)",
+        ),
+    ),
+    Migration(
+        7,
+        "thread rows, pending reviews and deletion records sealed, bound to their log's head (SPEC rule 10)",
+        (
+            "ALTER TABLE handrail_threads ADD COLUMN head_hash BLOB",
+            "ALTER TABLE handrail_threads ADD COLUMN seal BLOB",
+            "ALTER TABLE handrail_pending ADD COLUMN seal BLOB",
+            "ALTER TABLE handrail_deletions ADD COLUMN seal BLOB",
+        ),
+        run=lambda conn: _seal_every_row(conn),
+    ),
 )
 
 
@@ -207,6 +240,71 @@ def _seal_every_log(conn: sqlite3.Connection) -> None:
             [(event.payload, thread_id, event.seq) for event in seal_log(thread_id, events)],
         )
     conn.execute("DELETE FROM handrail_readings")
+
+
+def _seal_every_row(conn: sqlite3.Connection) -> None:
+    """Seal the rows written before rows had seals (``checkpoint/seals.py``, rule 6), as
+    they are: each thread row and its pending rows bound to the hash sealed into the last
+    record of its log (none when that record is a snapshot, whose chain value only the
+    runtime can read, or has no seal), each deletion record over its columns. A row whose
+    columns cannot be sealed (of the wrong type: damaged before) is left unsealed, and
+    its readers check it column by column, as before."""
+    conn.text_factory = _lenient
+    try:
+        for thread_id, head_seq, status, epoch, created, updated, metadata, count in conn.execute(
+            "SELECT thread_id, head_seq, status, epoch, created_at, updated_at, metadata, pending_count "
+            "FROM handrail_threads"
+        ).fetchall():
+            last = conn.execute(
+                f"SELECT kind, substr(payload, 1, {1 + HASH_SIZE}) FROM handrail_events WHERE thread_id = ? "
+                "ORDER BY seq DESC LIMIT 1",
+                (thread_id,),
+            ).fetchone()
+            head = None
+            if last is not None and last[0] != "snapshot" and isinstance(last[1], bytes):
+                head = head_after([StoredEvent(1, "", 0.0, last[1])], None)
+            try:
+                digest = thread_digest(thread_id, head_seq, head, status, epoch, created, updated, count)
+                seal = thread_seal(digest, metadata if isinstance(metadata, bytes) else metadata.encode())
+            except (TypeError, AttributeError, OverflowError, struct.error):
+                continue
+            conn.execute(
+                "UPDATE handrail_threads SET head_hash = ?, seal = ? WHERE thread_id = ?",
+                (head, seal, thread_id),
+            )
+            for interrupt_id, position, kind, tools, at, payload in conn.execute(
+                "SELECT interrupt_id, position, kind, tools, created_at, payload FROM handrail_pending "
+                "WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchall():
+                try:
+                    names = orjson.loads(tools)
+                    seal = review_seal(head, thread_id, position, interrupt_id, kind, names, at, payload)
+                except (TypeError, AttributeError, OverflowError, struct.error, orjson.JSONDecodeError):
+                    continue
+                conn.execute(
+                    "UPDATE handrail_pending SET seal = ? WHERE thread_id = ? AND interrupt_id = ?",
+                    (seal, thread_id, interrupt_id),
+                )
+        for row_id, thread_id, at, by, head_seq, head_hash, metadata in conn.execute(
+            "SELECT id, thread_id, deleted_at, deleted_by, head_seq, head_hash, metadata "
+            "FROM handrail_deletions"
+        ).fetchall():
+            try:
+                raw = [value if isinstance(value, bytes) else value.encode() for value in (by, metadata)]
+                seal = deletion_seal(thread_id, at, head_seq, head_hash, raw[0], raw[1])
+            except (TypeError, AttributeError, OverflowError, struct.error):
+                continue
+            conn.execute("UPDATE handrail_deletions SET seal = ? WHERE id = ?", (seal, row_id))
+    finally:
+        conn.text_factory = str
+
+
+def _lenient(raw: bytes) -> str | bytes:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw
 
 
 # The file: handrail's tables among others, older files, damage ---------------------------

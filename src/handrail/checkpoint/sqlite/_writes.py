@@ -7,8 +7,8 @@ writes the events, the thread row, its pending reviews, its saved reading and th
 append's run ``claim``/``release``. Appends made at the same moment share one
 transaction (:meth:`_Writes._commit_together`), each under its own savepoint. The row
 this saver's own last commit left is remembered (:class:`_Known`), so the next append
-of a run need not read it. Deleting and pruning a thread are here too: they are the
-other writes to a thread's rows.
+of a run need not read it. Pruning a thread is here too: it is the other write to a
+thread's log (deleting one, and the record it leaves, is ``_deletions``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from handrail.checkpoint._records import (
     check_append,
@@ -27,12 +24,13 @@ from handrail.checkpoint._records import (
     conflict,
     damaged,
     encode_metadata,
-    encode_tools,
     epoch_conflict,
 )
-from handrail.checkpoint.base import Notice, PendingReview, StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Notice, StoredEvent, ThreadRecord
+from handrail.checkpoint.seals import head_after
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._feed import _Feed, write_feed
+from handrail.checkpoint.sqlite._rows import ROW_COLUMNS, STILL_AS_LEFT, _Known, _Write
 from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
 
 if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
@@ -40,7 +38,7 @@ if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import han
 
 
 class _Writes(_Feed):
-    """``append``/``aappend`` and the group commit behind them; ``delete_thread``, ``prune``."""
+    """``append``/``aappend`` and the group commit behind them; ``prune``."""
 
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
@@ -131,20 +129,20 @@ class _Writes(_Feed):
     ) -> _Write:
         check_append(thread_id, events, expected_seq, record)
         check_reading(reading, record)
-        pending_rows, tool_rows = _pending_rows(thread_id, record.pending)
-        return _Write(
+        write = _Write(
             thread_id=thread_id,
             event_rows=[(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events],
             expected_seq=expected_seq,
             record=record,
             metadata=encode_metadata(record.metadata, thread_id),
-            pending_rows=pending_rows,
-            tool_rows=tool_rows,
             claim=claim,
             release=release,
             durable=durable,
             reading=reading,
         )
+        if events:  # the head hash is the last event's: seal the rows before the transaction
+            write.seal_to(head_after(events, None))
+        return write
 
     def _forget_release(self, write: _Write) -> bool:
         """Stop renewing a run this append releases; whether it was ours to renew."""
@@ -260,12 +258,11 @@ class _Writes(_Feed):
         """One append inside the open write transaction (see :meth:`append`)."""
         thread_id, expected_seq, record = write.thread_id, write.expected_seq, write.record
         row = self._known.row(thread_id, expected_seq, record.epoch) if expected_seq else None
+        if row is not None and not write.event_rows:
+            write.seal_to(row[7])  # no events: the head hash stays the row's
         if row is None or not self._update_row(conn, write, row, True):
             found = fetch_all(
-                conn,
-                "SELECT head_seq, epoch, pending_count, status, created_at, updated_at, metadata "
-                "FROM handrail_threads WHERE thread_id = ?",
-                (thread_id,),
+                conn, f"SELECT {ROW_COLUMNS} FROM handrail_threads WHERE thread_id = ?", (thread_id,)
             )
             row = found[0] if found else None
             if row is not None and (type(row[0]) is not int or not isinstance(row[1], str)):
@@ -275,6 +272,9 @@ class _Writes(_Feed):
                 raise conflict(thread_id, expected_seq, head)
             if row is not None and expected_seq > 0 and row[1] != record.epoch:
                 raise epoch_conflict(thread_id)
+            if not write.event_rows:
+                previous = row[7] if row is not None else None
+                write.seal_to(previous if isinstance(previous, bytes) else None)
             self._update_row(conn, write, row, False)
         try:
             conn.executemany(
@@ -290,7 +290,7 @@ class _Writes(_Feed):
         if write.pending_rows:
             conn.executemany(
                 "INSERT INTO handrail_pending (thread_id, interrupt_id, position, kind, tools, created_at, "
-                "payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "payload, seal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 write.pending_rows,
             )
             conn.executemany(
@@ -331,19 +331,21 @@ class _Writes(_Feed):
             record.updated_at,
             write.metadata,
             len(record.pending),
+            write.head_hash,
+            write.seal,
             thread_id,
         )
         if row is None:
             conn.execute(
                 "INSERT INTO handrail_threads (head_seq, status, epoch, created_at, updated_at, metadata, "
-                "pending_count, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "pending_count, head_hash, seal, thread_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
             return True
         # a remembered row is used only while the stored one is still exactly it: the
         # UPDATE matches nothing otherwise (rowcount 0), and the append reads the row
-        where, at = (_STILL_AS_LEFT, row) if known else ("", ())
-        if row[1] == record.epoch and row[3:] == (
+        where, at = (STILL_AS_LEFT, row) if known else ("", ())
+        if row[1] == record.epoch and row[3:7] == (
             record.status,
             record.created_at,
             record.updated_at,
@@ -352,32 +354,18 @@ class _Writes(_Feed):
             # only the head moved (a step inside a run): leave the indexed columns alone,
             # or SQLite rewrites their index entries (two by-time indexes) all the same
             cursor = conn.execute(
-                "UPDATE handrail_threads SET head_seq = ?, pending_count = ? WHERE thread_id = ?" + where,
-                (record.head_seq, len(record.pending), thread_id, *at),
+                "UPDATE handrail_threads SET head_seq = ?, pending_count = ?, head_hash = ?, seal = ? "
+                "WHERE thread_id = ?" + where,
+                (record.head_seq, len(record.pending), write.head_hash, write.seal, thread_id, *at),
             )
         else:
             cursor = conn.execute(
                 "UPDATE handrail_threads SET head_seq = ?, status = ?, epoch = ?, created_at = ?, "
-                "updated_at = ?, metadata = ?, pending_count = ? WHERE thread_id = ?" + where,
+                "updated_at = ?, metadata = ?, pending_count = ?, head_hash = ?, seal = ? WHERE thread_id = ?"
+                + where,
                 values + at,
             )
         return not known or cursor.rowcount == 1
-
-    def delete_thread(self, thread_id: str) -> bool:
-        self._known.forget(thread_id)
-        with self._transaction(write=True) as conn:
-            existed = (
-                conn.execute("DELETE FROM handrail_threads WHERE thread_id = ?", (thread_id,)).rowcount > 0
-            )
-            for table in (
-                "handrail_events",
-                "handrail_pending",
-                "handrail_pending_tools",
-                "handrail_runs",
-                "handrail_readings",
-            ):
-                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
-        return existed
 
     def prune(
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
@@ -403,31 +391,6 @@ class _Writes(_Feed):
         return dropped
 
 
-@dataclass(slots=True, eq=False)
-class _Write:
-    """One append waiting for its group's transaction (see ``_commit_together``)."""
-
-    thread_id: str
-    event_rows: list[tuple[Any, ...]]
-    expected_seq: int
-    record: ThreadRecord
-    metadata: bytes
-    pending_rows: list[tuple[Any, ...]]
-    tool_rows: list[tuple[Any, ...]]
-    claim: str | None
-    release: str | None
-    durable: bool
-    reading: StoredEvent | None = None
-    notices: Sequence[Notice] = ()
-    queue: bool = False
-    turn: threading.Event | None = None  # made only for a caller that waits for a leader
-    loop: asyncio.AbstractEventLoop | None = None  # an async caller waits on ``future`` instead
-    future: asyncio.Future[None] | None = None
-    done: bool = False
-    error: BaseException | None = None
-    renewed: tuple[str, float] | None = None
-
-
 def _resolve_futures(batch: list[_Write]) -> None:
     """Wake the async callers of a committed batch: one call into each event loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[_Write]] = {}
@@ -450,78 +413,3 @@ def _settle(writes: list[_Write]) -> None:
             future.set_exception(write.error)
         else:
             future.set_result(None)
-
-
-_STILL_AS_LEFT = (
-    " AND head_seq = ? AND epoch = ? AND pending_count = ? AND status = ? AND created_at = ? "
-    "AND updated_at = ? AND metadata = ?"
-)  # every column of a remembered row (``_Known``), in its order
-
-
-class _Known:
-    """Each thread's row as this saver's own last committed append left it.
-
-    An append at that head and epoch takes the row from here instead of reading it
-    (one statement less for every append of a run).
-
-    What keeps it safe: the append's ``UPDATE`` carries every remembered column in its
-    ``WHERE`` clause (``_STILL_AS_LEFT``), inside the append's write transaction. A row
-    another writer changed meanwhile - moved on, deleted, deleted and created again,
-    even with the same head and epoch - is not touched (rowcount 0); the append then
-    reads the row and goes on, or fails, exactly as it would have without it. A failed
-    append forgets the thread; nothing is remembered before its commit. Raced by
-    ``test_a_row_another_writer_changed_since_is_read_and_the_append_refused`` (each
-    change, one at a time) and ``test_savers_racing_on_one_thread_keep_one_log`` (two
-    savers and four Python threads on one thread).
-    """
-
-    __slots__ = ("rows",)
-    LIMIT = 4096  # threads remembered; an older one is just read again
-
-    def __init__(self) -> None:
-        self.rows: dict[str, tuple[Any, ...]] = {}
-
-    def row(self, thread_id: str, expected_seq: int, epoch: str) -> tuple[Any, ...] | None:
-        """The row (as ``_apply`` selects it) if this saver left it at ``expected_seq``."""
-        known = self.rows.get(thread_id)
-        return known if known is not None and known[0] == expected_seq and known[1] == epoch else None
-
-    def committed(self, write: _Write) -> None:
-        record, rows = write.record, self.rows
-        rows.pop(write.thread_id, None)  # re-insert: the dict's order is the order of use
-        rows[write.thread_id] = (
-            record.head_seq,
-            record.epoch,
-            len(record.pending),
-            record.status,
-            record.created_at,
-            record.updated_at,
-            write.metadata,
-        )
-        if len(rows) > self.LIMIT:
-            rows.pop(next(iter(rows)), None)
-
-    def forget(self, thread_id: str) -> None:
-        self.rows.pop(thread_id, None)
-
-
-def _pending_rows(
-    thread_id: str, pending: Sequence[PendingReview]
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    rows: list[tuple[Any, ...]] = []
-    tools: list[tuple[Any, ...]] = []
-    for position, review in enumerate(pending):
-        names = encode_tools(review.tools)
-        rows.append(
-            (
-                thread_id,
-                review.interrupt_id,
-                position,
-                review.kind,
-                orjson.dumps(names),
-                review.created_at,
-                review.payload,
-            )
-        )
-        tools += [(name, review.created_at, thread_id, review.interrupt_id) for name in dict.fromkeys(names)]
-    return rows, tools
