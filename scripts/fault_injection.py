@@ -15,10 +15,20 @@ checks (SPEC rules 7 and 9, and 18):
 * no pause is lost: the thread finishes with one ToolMessage for every tool call, and its
   log verifies against its hash chain.
 
+Two more scenarios (issue 24), with ``--scenario``:
+
+* ``races``: a thread waits for two per-call reviews; two processes' savers answer one
+  each at the same moment. Both answers must be recorded (answers to different reviews
+  never conflict), and each call runs once.
+* ``first-run``: a new thread's first run dies right after its input is saved, before
+  its first step. The next claim must hand the thread on, and its run must go on to its
+  review, with nothing run twice.
+
 Usage::
 
     python scripts/fault_injection.py --backend sqlite --trials 240
     python scripts/fault_injection.py --backend postgres --trials 240 --postgres postgresql://...
+    python scripts/fault_injection.py --backend postgres --scenario all --trials 240
 
 The test suite runs a few dozen trials per backend (tests/test_fault_injection.py).
 """
@@ -47,9 +57,18 @@ from handrail.errors import ConflictError
 TURNS = 3  # model turns that propose tools, then a final answer
 
 
-def build_agent(saver: BaseCheckpointSaver, ledger: Path, tool_delay: float = 0.0) -> Agent:
+def build_agent(
+    saver: BaseCheckpointSaver,
+    ledger: Path,
+    tool_delay: float = 0.0,
+    *,
+    mode: str = "batched",
+    die_in_model: bool = False,
+) -> Agent:
     """Three calls a step: two gated, non-idempotent ``charge`` calls, one ungated ``notify``
-    (not idempotent either) and, every other turn, an idempotent ``lookup``."""
+    (not idempotent either) and, every other turn, an idempotent ``lookup``. ``mode``: the
+    review mode; ``die_in_model``: the process kills itself at the first model call (its
+    input is saved by then)."""
 
     def record(key: str) -> None:
         fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -79,6 +98,8 @@ def build_agent(saver: BaseCheckpointSaver, ledger: Path, tool_delay: float = 0.
         return f"looked up {key}"
 
     def next_turn(messages: list[Any]) -> dict[str, Any]:
+        if die_in_model:
+            os.kill(os.getpid(), signal.SIGKILL)
         turn = sum(1 for m in messages if m.type == "ai")
         if turn >= TURNS:
             return {"content": "done"}
@@ -94,7 +115,12 @@ def build_agent(saver: BaseCheckpointSaver, ledger: Path, tool_delay: float = 0.
     return create_agent(
         ScriptedModel([next_turn] * 1000),
         [charge, notify, lookup],
-        middleware=[HumanInTheLoopMiddleware({"charge": True, "notify": False, "lookup": False})],
+        middleware=[
+            HumanInTheLoopMiddleware(
+                {"charge": True, "notify": False, "lookup": False},
+                interrupt_mode=mode,  # type: ignore[arg-type]
+            )
+        ],
         checkpointer=saver,
     )
 
@@ -109,6 +135,8 @@ def _answers(interrupts: Any) -> dict[str, Any]:
         value = pending.value
         if isinstance(value, dict) and value.get("type") == "outcome_unknown":
             out[pending.id] = {"type": "respond", "message": f"recovered {value['tool_call_id']}"}
+        elif isinstance(value, dict) and value.get("type") == "tool_approval":
+            out[pending.id] = {"type": "approve"}
         else:
             out[pending.id] = {"decisions": [{"type": "approve"}] * len(value["action_requests"])}
     return out
@@ -141,13 +169,24 @@ class Tally:
     trials: int = 0
     killed: int = 0
     outcome_unknown: int = 0
+    races: int = 0
+    race_answers: int = 0  # answers recorded in the races
+    first_runs: int = 0
+    taken_over: int = 0  # first runs a later claim handed on
     failures: list[str] = field(default_factory=list)
 
     def line(self, backend: str) -> str:
-        return (
-            f"{backend}: {self.trials} trials, {self.killed} killed mid-run, "
-            f"{self.outcome_unknown} outcome_unknown reviews, {len(self.failures)} failures"
-        )
+        parts = [f"{backend}: {self.trials} trials, {self.killed} killed mid-run"]
+        parts.append(f"{self.outcome_unknown} outcome_unknown reviews")
+        if self.races:
+            parts.append(
+                f"{self.races} two-review races, {self.race_answers} of {2 * self.races} answers recorded"
+            )
+        if self.first_runs:
+            parts.append(
+                f"{self.first_runs} first runs killed after their input, {self.taken_over} taken over"
+            )
+        return ", ".join(parts) + f", {len(self.failures)} failures"
 
 
 def trial(open_saver: Callable[[], Any], ledger: Path, delay: float | None, tally: Tally) -> float:
@@ -180,6 +219,69 @@ def trial(open_saver: Callable[[], Any], ledger: Path, delay: float | None, tall
     with open_saver() as saver:
         _recover_and_check(build_agent(saver, ledger), thread_id, ledger, tally)
     return ran
+
+
+def race_trial(open_saver: Callable[[], Any], ledger: Path, tally: Tally) -> None:
+    """Two per-call reviews of one thread, answered at the same moment through two savers."""
+    import threading
+
+    thread_id = f"fr-{uuid.uuid4().hex[:12]}"
+    ledger.write_text("")
+    with open_saver() as first, open_saver() as second:
+        agents = [build_agent(saver, ledger, mode="per_call") for saver in (first, second)]
+        paused = agents[0].invoke({"messages": "charge the cards"}, _config(thread_id))
+        reviews = [p.id for p in paused["__interrupt__"]]
+        start = threading.Barrier(2)
+        refused: list[str] = []
+
+        def answer(agent: Agent, interrupt_id: str, who: str) -> None:
+            start.wait()
+            try:
+                agent.decide(thread_id, interrupt_id, {"type": "approve"}, reviewer=who)
+            except Exception as exc:
+                refused.append(f"{type(exc).__name__}: {exc}")
+
+        racers = [
+            threading.Thread(target=answer, args=(agent, review, f"r{i}"))
+            for i, (agent, review) in enumerate(zip(agents, reviews, strict=True))
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(60)
+        tally.races += 1
+        tally.race_answers += 2 - len(refused)
+        for reason in refused:
+            tally.failures.append(f"{thread_id}: an answer to another review was refused: {reason}")
+        _recover_and_check(agents[0], thread_id, ledger, tally)
+
+
+def first_run_trial(open_saver: Callable[[], Any], ledger: Path, tally: Tally) -> None:
+    """A new thread's first run dies right after its input is saved; a claim must hand it on."""
+    thread_id = f"ff-{uuid.uuid4().hex[:12]}"
+    ledger.write_text("")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with open_saver() as saver:
+                build_agent(saver, ledger, die_in_model=True).invoke({"messages": "go"}, _config(thread_id))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    tally.first_runs += 1
+    tally.killed += os.WIFSIGNALED(status)
+    with open_saver() as saver:
+        run_id = f"run-{uuid.uuid4().hex[:12]}"
+        deadline = time.monotonic() + 30
+        while saver.claim_queued(run_id, thread_id=thread_id) is None:
+            if time.monotonic() > deadline:
+                tally.failures.append(f"{thread_id}: the dead first run's thread was never handed on")
+                return
+            time.sleep(0.02)
+        tally.taken_over += 1
+        agent = build_agent(saver, ledger)
+        agent.run_claimed(thread_id, run_id)
+        _recover_and_check(agent, thread_id, ledger, tally)
 
 
 def _recover_and_check(agent: Agent, thread_id: str, ledger: Path, tally: Tally) -> None:
@@ -253,13 +355,31 @@ def openers(backend: str, workdir: Path, dsn: str | None) -> Callable[[], Any]:
     raise SystemExit(f"unknown backend {backend!r}: sqlite or postgres")
 
 
-def run(backend: str, trials: int, workdir: Path, dsn: str | None, seed: int) -> Tally:
+SCENARIOS = ("kills", "races", "first-run")
+
+
+def run(
+    backend: str,
+    trials: int,
+    workdir: Path,
+    dsn: str | None,
+    seed: int,
+    scenarios: tuple[str, ...] = ("kills",),
+) -> Tally:
     rng = random.Random(seed)
     open_saver = openers(backend, workdir, dsn)
     tally = Tally()
-    whole = trial(open_saver, workdir / "ledger.txt", None, Tally())  # how long a run takes unkilled
-    for _ in range(trials):  # kill moments spread over the whole run
-        trial(open_saver, workdir / "ledger.txt", rng.uniform(0.0, whole), tally)
+    ledger = workdir / "ledger.txt"
+    if "kills" in scenarios:
+        whole = trial(open_saver, ledger, None, Tally())  # how long a run takes unkilled
+        for _ in range(trials):  # kill moments spread over the whole run
+            trial(open_saver, ledger, rng.uniform(0.0, whole), tally)
+    if "races" in scenarios:
+        for _ in range(trials):
+            race_trial(open_saver, ledger, tally)
+    if "first-run" in scenarios:
+        for _ in range(trials):
+            first_run_trial(open_saver, ledger, tally)
     return tally
 
 
@@ -270,13 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", default=os.environ.get("HANDRAIL_TEST_POSTGRES_DSN"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="kills")
     args = parser.parse_args(argv)
+    scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
         workdir = args.workdir or Path(scratch)
         started = time.monotonic()
-        tally = run(args.backend, args.trials, workdir, args.postgres, args.seed)
+        tally = run(args.backend, args.trials, workdir, args.postgres, args.seed, scenarios)
         print(f"{tally.line(args.backend)} in {time.monotonic() - started:.0f} s")
         for failure in tally.failures:
             print("  FAIL", failure)

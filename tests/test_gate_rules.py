@@ -205,3 +205,36 @@ def test_an_agent_has_one_review_gate() -> None:
         create_agent(
             ScriptedModel([]), tools=[a, b], middleware=[HumanInTheLoopMiddleware({"a": True}), second]
         )
+
+
+def test_a_rejected_or_answered_call_never_becomes_outcome_unknown_after_a_crash() -> None:
+    """Issue 24 (rule 9): only a call whose start was saved and whose end was not is
+    outcome_unknown; calls a reviewer rejected or answered never start, so a crash in the
+    tools step leaves them with their results."""
+    body = _CrashOnce()
+
+    @tool
+    def deploy(service: str) -> str:
+        """Deploy."""
+        return body(service=service)
+
+    @tool
+    def notify(who: str) -> str:
+        """Notify."""
+        return "sent"
+
+    calls = [
+        call("deploy", "c1", service="api"),
+        call("notify", "c2", who="a"),
+        call("notify", "c3", who="b"),
+    ]
+    agent = build([turn(*calls)], [deploy, notify], {"deploy": True, "notify": True})
+    review = agent.invoke({"messages": ["go"]}, config())["__interrupt__"][0]
+    answer = {"decisions": [{"type": "approve"}, {"type": "reject"}, {"type": "respond", "message": "done"}]}
+    with pytest.raises(KeyboardInterrupt):
+        agent.invoke(Command(resume={review.id: answer}), config())
+    (unknown,) = agent.get_state(config()).interrupts
+    assert unknown.value["type"] == "outcome_unknown" and unknown.value["tool_call_id"] == "c1"
+    agent.invoke(Command(resume={unknown.id: {"type": "approve"}}), config())
+    assert body.ran == [{"service": "api"}]
+    assert [m.status for m in results(agent)] == ["success", "error", "success"]

@@ -30,7 +30,7 @@ from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
 from handrail.runtime import inbox, loop, maintenance, reading
-from handrail.runtime.effects import Env, drive_async, drive_sync
+from handrail.runtime.effects import Env, drive_async, drive_sync, takes
 from handrail.runtime.inbox import InterruptPage, PendingInterrupt
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
@@ -373,28 +373,14 @@ class Agent:
             agent.invoke(None, {"configurable": {"thread_id": "some_id"}})
         """
         env, request = self._decision_run(thread_id, interrupt_id, answer, reviewer, channel)
-        try:
-            self._run_sync(env, request)
-        except ConflictError as exc:
-            if interrupt_id not in exc.interrupt_ids:
-                raise
-            trail = self.get_audit_trail(request.config)
-            raise name_first_answer(exc, interrupt_id, trail) from None
-        return _decision(env, request, interrupt_id)
+        return _decision(thread_id, self._run_sync(env, request), request, interrupt_id)
 
     async def adecide(
         self, thread_id: str, interrupt_id: str, answer: Any, *, reviewer: Any, channel: str = "python"
     ) -> Decision:
         """Async :meth:`decide`."""
         env, request = self._decision_run(thread_id, interrupt_id, answer, reviewer, channel)
-        try:
-            await self._run_async(env, request)
-        except ConflictError as exc:
-            if interrupt_id not in exc.interrupt_ids:
-                raise
-            trail = await self.aget_audit_trail(request.config)
-            raise name_first_answer(exc, interrupt_id, trail) from None
-        return _decision(env, request, interrupt_id)
+        return _decision(thread_id, await self._run_async(env, request), request, interrupt_id)
 
     def run_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
         """Run what is due on ``thread_id`` as ``run_id``, a run the caller claimed on the store
@@ -485,32 +471,55 @@ class Agent:
         return Env(self._spec, store, thread_id, modes=modes), request
 
     def _run_sync(self, env: Env, request: loop.RunRequest) -> loop.RunResult:
-        try:
-            result: loop.RunResult = drive_sync(loop.run(env, request), env)
-            if not _stale(env):
-                return result
-        except Exception:
-            if not _stale(env):
-                raise
-        finally:
-            self._finish(env)
-            if env.claimed:
-                env.store.release_run(env.thread_id, env.run_id)
-        return self._run_sync(_fresh(env), request)  # the cached reading was stale: read, run again
+        for attempt in range(1, _ATTEMPTS + 1):
+            again = False
+            try:
+                result: loop.RunResult = drive_sync(loop.run(env, request), env)
+                again = _stale(env)
+                if not again:
+                    return result
+            except ConflictError as exc:
+                again = attempt < _ATTEMPTS and _again(env)
+                if not again:
+                    trail = self.get_audit_trail(request.config) if exc.interrupt_ids else []
+                    raise _named(exc, trail) from None
+            except Exception:
+                again = _stale(env)
+                if not again:
+                    raise
+            finally:
+                self._finish(env)
+                if env.claimed and not again:
+                    env.store.release_run(env.thread_id, env.run_id)
+            env = _fresh(env)  # read again, and run again: nothing of the last attempt was saved or done
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _run_async(self, env: Env, request: loop.RunRequest) -> loop.RunResult:
-        try:
-            result: loop.RunResult = await drive_async(loop.run(env, request), env)
-            if not _stale(env):
-                return result
-        except Exception:
-            if not _stale(env):
-                raise
-        finally:
-            self._finish(env)
-            if env.claimed:
-                await env.store.arelease_run(env.thread_id, env.run_id)
-        return await self._run_async(_fresh(env), request)
+        import asyncio
+
+        for attempt in range(1, _ATTEMPTS + 1):
+            again = False
+            try:
+                result: loop.RunResult = await drive_async(loop.run(env, request), env)
+                again = _stale(env)
+                if not again:
+                    return result
+            except ConflictError as exc:
+                again = attempt < _ATTEMPTS and _again(env)
+                if not again:
+                    trail = await self.aget_audit_trail(request.config) if exc.interrupt_ids else []
+                    raise _named(exc, trail) from None
+            except Exception:
+                again = _stale(env)
+                if not again:
+                    raise
+            finally:
+                self._finish(env)
+                if env.claimed and not again:
+                    await env.store.arelease_run(env.thread_id, env.run_id)
+            env = _fresh(env)
+            await asyncio.sleep(0)  # let the writer that won go on
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _finish(self, env: Env) -> None:
         if env.optimistic and env.appends == 0:
@@ -797,7 +806,10 @@ class Agent:
         ``since``/``until`` (aware datetimes or epoch seconds) bound the entries' times,
         ``metadata`` picks the threads (a subset match), ``owners`` the agents they
         belong to (as in :meth:`list_interrupts`), ``limit`` caps the entries (the
-        oldest are kept). Each thread updated since ``since`` is read from its log.
+        oldest are kept). Each thread updated since ``since`` is read from its log. A
+        deleted thread has no log: the record its deletion left is its entry,
+        ``event="thread_deleted"`` (who, when, the deleted log's head hash), filtered by
+        the thread's metadata as it was.
 
         Example::
 
@@ -874,15 +886,40 @@ class Agent:
         report: AuditVerification = await drive_async(maintenance.verify_audit(env, expected), env)
         return report
 
-    def delete_thread(self, thread_id: str) -> bool:
-        """Delete a thread and its whole log; return whether it existed."""
-        self._spec.cache.drop(thread_id)
-        return self._store_or_raise().delete_thread(thread_id)
+    def delete_thread(self, thread_id: str, *, by: Any = None) -> bool:
+        """Delete a thread and its whole log; return whether it existed.
 
-    async def adelete_thread(self, thread_id: str) -> bool:
+        The store keeps a record of the deletion (SPEC rule 21), written in the same
+        transaction: ``by`` (who deletes it: a reviewer id or ``{"id", "roles"}``, as the
+        config's ``reviewer``; None when nobody is named), the time, the number and hash
+        of the deleted log's last record, and the thread's metadata. :meth:`audit` shows
+        it as a ``"thread_deleted"`` entry; it is all that is left of the thread. A
+        thread that does not exist leaves no record.
+
+        A store written before deletions were recorded (its ``delete_thread`` takes no
+        ``by``) still deletes the thread, and keeps no record of it.
+
+        Example::
+
+            agent.delete_thread("ticket-17", by={"id": "ops", "roles": ["admin"]})
+        """
+        store, extra = self._deleter(thread_id, by, "delete_thread")
+        return store.delete_thread(thread_id, **extra)
+
+    async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         """Async :meth:`delete_thread`."""
+        store, extra = self._deleter(thread_id, by, "adelete_thread")
+        return await store.adelete_thread(thread_id, **extra)
+
+    def _deleter(self, thread_id: str, by: Any, method: str) -> tuple[BaseCheckpointSaver, dict[str, Any]]:
+        """The store, and ``by`` for it if it takes one (checked as a reviewer is)."""
+        store = self._store_or_raise()
+        try:
+            who = _reviewer(by)
+        except ConfigurationError as exc:
+            raise InvalidInputError(f"by (who deletes the thread): {exc}") from None
         self._spec.cache.drop(thread_id)
-        return await self._store_or_raise().adelete_thread(thread_id)
+        return store, ({"by": who} if who is not None and takes(type(store), method, "by") else {})
 
     def _store_or_raise(self) -> BaseCheckpointSaver:
         store = self._spec.store
@@ -913,8 +950,39 @@ def _stale(env: Env) -> bool:
     return env.optimistic and env.appends == 0
 
 
+_ATTEMPTS = 8
+"""How many times a run is tried when another writer changed the thread before its first append."""
+
+
+def _again(env: Env) -> bool:
+    """Whether a run refused by the store can run again from a fresh reading: its first
+    append was refused (another writer changed the thread first: another review's answer,
+    say) and it did nothing before it, so running it again repeats nothing (issue 24).
+    An answer to a review someone else answered meanwhile is then refused by name."""
+    return env.conflicted and env.appends == 0 and not env.acted
+
+
+def _named(exc: ConflictError, trail: list[AuditEntry]) -> ConflictError:
+    """A conflict over an answer, named after the answer that won when the log has it."""
+    for interrupt_id in exc.interrupt_ids:
+        named = name_first_answer(exc, interrupt_id, trail)
+        if named is not exc:
+            return named
+    return exc
+
+
 def _fresh(env: Env) -> Env:
-    return Env(env.spec, env.store, env.thread_id, emit=env.emit, modes=env.modes, trust_cache=False)
+    fresh = Env(
+        env.spec,
+        env.store,
+        env.thread_id,
+        run_id=env.run_id,
+        emit=env.emit,
+        modes=env.modes,
+        trust_cache=False,
+    )
+    fresh.claimed = env.claimed  # a worker's claimed run keeps its claim and its run id
+    return fresh
 
 
 def _check_version(version: str) -> None:
@@ -982,10 +1050,11 @@ def _caller(configurable: Mapping[str, Any]) -> tuple[Any, str]:
     return _reviewer(configurable.get("reviewer")), channel
 
 
-def _decision(env: Env, request: loop.RunRequest, interrupt_id: str) -> Decision:
-    fold = env.fold
-    answer = fold.answers.get(interrupt_id) if fold is not None else None
-    return Decision(env.thread_id, interrupt_id, answer, request.reviewer, request.channel)
+def _decision(
+    thread_id: str, result: loop.RunResult, request: loop.RunRequest, interrupt_id: str
+) -> Decision:
+    answer = result.answers.get(interrupt_id)
+    return Decision(thread_id, interrupt_id, answer, request.reviewer, request.channel)
 
 
 def _checkpoint_of(config: RunnableConfig | None) -> str | None:

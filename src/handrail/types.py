@@ -126,12 +126,21 @@ class AuditEntry:
     * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with;
     * ``"run_failed"`` - a run stopped on an error after it had saved some of its work:
       ``value`` is ``{"run_id", "error"}``;
+    * ``"run_cancelled"`` - a run was cancelled (``value`` as for ``"run_failed"``,
+      ``by`` who cancelled it);
     * ``"input"``, ``"state_updated"``, ``"forked"`` - a change to the thread (SPEC rule
       21): new input (``value``: its metadata, if any), a state update (``value``: the
       keys it changed, ``kind``: the step it counts as, if any), a fork or a run from an
       earlier checkpoint (``value``: ``{"from_checkpoint"}``); ``by`` is who made it (the
       config's ``reviewer``, or the service's credential; None when nobody was named)
-      and ``channel`` how it arrived.
+      and ``channel`` how it arrived;
+    * ``"thread_deleted"`` - only in the audit across threads (``Agent.audit``): the
+      thread was deleted with its whole log, and this record of the store is what is
+      left of it (SPEC rule 21). ``by`` is who deleted it (None when nobody was named),
+      ``at`` when, ``value`` is ``{"head_seq", "head_hash", "metadata"}``: the number
+      of the deleted log's last record, the hash sealed into it (64 hex digits, as
+      ``AuditVerification.head_hash`` gave it; None when that record had no seal) and
+      the thread's metadata; ``seq`` is that head number too.
     """
 
     thread_id: str
@@ -146,6 +155,8 @@ class AuditEntry:
         "input",
         "state_updated",
         "forked",
+        "run_cancelled",
+        "thread_deleted",
     ]
     interrupt_id: str | None = None
     kind: str | None = None

@@ -39,3 +39,19 @@ def test_random_kills_of_runs_with_several_calls_a_step_lose_nothing_and_repeat_
     assert tally.failures == [], tally.failures
     assert tally.trials == TRIALS and tally.killed > TRIALS // 2
     assert tally.outcome_unknown > 0  # some kills did land inside a tools step
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("scenario", ["races", "first-run"])
+def test_answers_to_two_reviews_at_once_and_a_first_run_killed_after_its_input(
+    request: pytest.FixtureRequest, backend: str, scenario: str, tmp_path: Path
+) -> None:
+    """Issue 24: both answers to two reviews of one thread are recorded and each call runs
+    once; a first run killed right after its input is handed on by the next claim."""
+    dsn = request.getfixturevalue("postgres_server") if backend == "postgres" else None
+    tally = _harness().run(backend, 8, tmp_path, dsn, seed=7, scenarios=(scenario,))
+    assert tally.failures == [], tally.failures
+    if scenario == "races":
+        assert tally.races == 8 and tally.race_answers == 16
+    else:
+        assert tally.first_runs == 8 and tally.taken_over == 8

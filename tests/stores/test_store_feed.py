@@ -278,3 +278,36 @@ def test_a_damaged_notice_raises_naming_its_thread_and_place() -> None:
     for damaged in (packed[:-4], b"{not json", b"\x04" + b"\x00" * 12):
         with pytest.raises(SerializationError, match="thread 't1', notice 41"):
             decode_notice(damaged, "t1", "41")
+
+
+def test_a_first_run_that_died_right_after_saving_its_input_is_taken_over(
+    durable_location: Location, tmp_path: Path
+) -> None:
+    """Issue 24: the process dies just after the new thread's input is saved, before its
+    first step: the run's claim lapses with it, and the next worker takes the thread and
+    runs it to its review."""
+    location = durable_location
+    log = tmp_path / "tool.log"
+    command = {
+        "store": location.spec,
+        "log": str(log),
+        "thread": "t1",
+        "op": "start",
+        "kill_at": [1, "after"],
+    }
+    done = subprocess.run(
+        [sys.executable, WORKER, "run", json.dumps(command)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -9, done.stderr
+    saver = location.saver()
+    record = saver.get_thread("t1")
+    assert record is not None and record.status == "running" and not record.pending  # input only
+    deadline = time.monotonic() + 60
+    while (claimed := saver.claim_queued("run-next")) is None:  # its owner is seen dead
+        assert time.monotonic() < deadline, "the dead run's thread was never handed on"
+        time.sleep(0.05)
+    assert claimed == "t1"
+    result = build_agent(saver, log).run_claimed("t1", "run-next")
+    (review,) = result.interrupts
+    assert review.value["action_requests"][0]["name"] == "write_file"
+    assert log_lines(log) == []

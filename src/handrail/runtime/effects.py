@@ -13,6 +13,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable, Generator, Sequence
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,11 +62,13 @@ class Env:
     """What the drivers need to perform effects for one run (or one read)."""
 
     __slots__ = (
+        "acted",
         "appends",
         "broken",
         "buffer",
         "buffer_from",
         "claimed",
+        "conflicted",
         "emit",
         "fold",
         "last_record",
@@ -107,6 +110,8 @@ class Env:
         self.buffer_from = 0
         self.lock: asyncio.Lock | None = None
         self.ran: set[str] = set()  # tool calls this run started
+        self.acted = False  # a hook, a wrapper, the model or a tool ran: the run did something
+        self.conflicted = False  # an append was refused: another writer changed the thread first
         self.last_record: ThreadRecord | None = None  # the thread row of this run's last append
 
     def wants(self, mode: str) -> bool:
@@ -260,16 +265,22 @@ class Persist(Effect):
         )
 
     def _liveness(self, env: Env, events: list[Event]) -> tuple[str | None, str | None]:
-        """The run to claim and/or release in this append (rule 9 costs no commit of its own)."""
-        acting = any(e.kind in ("tools_planned", "tool_started") for e in events)
+        """The run to claim and/or release in this append (rule 9 costs no commit of its own).
+
+        A run claims the thread with its input too: if its process dies before the run
+        ends, the claim lapses with it and a worker takes the thread over (issue 24), as
+        it does a run that died in a tool.
+        """
+        acting = any(e.kind in _CLAIMING for e in events)
         claim = env.run_id if not env.claimed and acting else None
         release = env.run_id if self.release and (env.claimed or claim) else None
         return claim, release
 
     def _durable(self, events: list[Event], claim: str | None) -> bool:
-        return (
-            self.durable or self.release or claim is not None or any(e.kind in _DURABLE_KINDS for e in events)
-        )
+        # a claim made with input alone need not wait for the disk: a power cut that loses
+        # it loses the input too, and there is then nothing to take over
+        acted = claim is not None and any(e.kind != "input" for e in events if e.kind in _CLAIMING)
+        return self.durable or self.release or acted or any(e.kind in _DURABLE_KINDS for e in events)
 
     def _append_args(
         self, env: Env, method: str
@@ -279,6 +290,10 @@ class Persist(Effect):
         if taken is None:
             return None
         events, stored, expected = taken
+        return events, stored, self._kwargs(env, events, expected, method)
+
+    def _kwargs(self, env: Env, events: list[Event], expected: int, method: str) -> dict[str, Any]:
+        """The keywords of the append of ``events`` after event ``expected``."""
         claim, release = self._liveness(env, events)
         durable = self._durable(events, claim)
         kwargs = {
@@ -300,7 +315,7 @@ class Persist(Effect):
             except BaseException:
                 env.broken = True  # the buffer is already taken: stop here
                 raise
-        return events, stored, kwargs
+        return kwargs
 
     def _notices(self, env: Env, events: list[Event], record: ThreadRecord) -> list[Notice]:
         """The feed's rows for this append: reviews asked and answered, and a run's end."""
@@ -328,10 +343,15 @@ class Persist(Effect):
     def _failed(self, env: Env, events: list[Event], exc: BaseException) -> BaseException:
         """The run cannot go on after a failed append; a conflict is told in the run's terms."""
         env.broken = True
+        env.conflicted = isinstance(exc, ConflictError)
         return self._conflict(env, events, exc) if isinstance(exc, ConflictError) else exc
 
     def _appended(self, env: Env, kwargs: dict[str, Any]) -> None:
         env.appends += 1
+        if env.appends == 1:
+            saved = _ON_FIRST_SAVE.get()
+            if saved is not None:
+                saved()
         env.last_record = kwargs["record"]
         reading = kwargs.get("reading")
         if reading is not None and env.fold is not None:
@@ -346,14 +366,26 @@ class Persist(Effect):
         if prepared is None:
             return
         events, stored, kwargs = prepared
-        try:
-            env.store.append(env.thread_id, stored, **kwargs)
-        except BaseException as exc:
-            error = self._failed(env, events, exc)
-            if error is exc:
-                raise
-            raise error from None
+        for attempt in range(_REBASES + 1):
+            try:
+                env.store.append(env.thread_id, stored, **kwargs)
+                break
+            except ConflictError as exc:
+                moved = drive_sync(self._rebased(env, events, kwargs), env) if attempt < _REBASES else None
+                if moved is None:
+                    raise self._failed(env, events, exc) from None
+                stored, kwargs = moved[0], self._kwargs(env, events, moved[1], "append")
+            except BaseException as exc:
+                error = self._failed(env, events, exc)
+                if error is exc:
+                    raise
+                raise error from None
         self._appended(env, kwargs)
+
+    def _rebased(self, env: Env, events: list[Event], kwargs: dict[str, Any]) -> Gen:
+        from handrail.runtime.rebase import rebase  # rebase reads the thread (reading.py), which imports this
+
+        return rebase(env, events, kwargs["expected_seq"])
 
     async def run_async(self, env: Env) -> None:
         if env.lock is None:  # one coroutine drives the run: nothing to serialise
@@ -367,14 +399,38 @@ class Persist(Effect):
         if prepared is None:
             return
         events, stored, kwargs = prepared
-        try:
-            await env.store.aappend(env.thread_id, stored, **kwargs)
-        except BaseException as exc:
-            error = self._failed(env, events, exc)
-            if error is exc:
-                raise
-            raise error from None
+        for attempt in range(_REBASES + 1):
+            try:
+                await env.store.aappend(env.thread_id, stored, **kwargs)
+                break
+            except ConflictError as exc:
+                rebase = self._rebased(env, events, kwargs)
+                moved = await drive_async(rebase, env) if attempt < _REBASES else None
+                if moved is None:
+                    raise self._failed(env, events, exc) from None
+                stored, kwargs = moved[0], self._kwargs(env, events, moved[1], "aappend")
+            except BaseException as exc:
+                error = self._failed(env, events, exc)
+                if error is exc:
+                    raise
+                raise error from None
         self._appended(env, kwargs)
+
+
+_ON_FIRST_SAVE: ContextVar[Callable[[], None] | None] = ContextVar("handrail_on_first_save", default=None)
+
+
+def on_first_save(callback: Callable[[], None] | None) -> Token[Callable[[], None] | None]:
+    """Call ``callback`` when a run started from this context (a task created after this
+    call copies it) first saves something: from then on its input is on record, and if its
+    process dies a worker takes the thread over. The service answers ``runs.create`` then.
+    Returns the token to undo it with ``reset_first_save``."""
+    return _ON_FIRST_SAVE.set(callback)
+
+
+def reset_first_save(token: Token[Callable[[], None] | None]) -> None:
+    """Undo :func:`on_first_save`."""
+    _ON_FIRST_SAVE.reset(token)
 
 
 def flush(*, last: bool = False, failed: bool = False) -> Persist:
@@ -401,6 +457,8 @@ def _asked(record: InterruptRecord) -> dict[str, Any]:
     }
 
 
+_CLAIMING = frozenset({"input", "tools_planned", "tool_started"})  # what makes a run claim the thread
+_REBASES = 3  # how often an append refused for another writer's answers is put after them
 _DURABLE_KINDS = frozenset({"tools_planned", "resume"})  # calls about to act; a person's answer
 _NO_ARGS: dict[str, Any] = {}
 _RELAXED: dict[str, Any] = {"durable": False}
@@ -593,6 +651,7 @@ class CallHook(Effect):
 
     def run_sync(self, env: Env) -> Any:
         sync_defined, async_defined = hook_is_defined(self.middleware, self.hook)
+        env.acted = env.acted or self.hook not in self.middleware.pure_hooks
         token = set_current_task(self.task)
         try:
             if sync_defined or not async_defined:
@@ -603,6 +662,7 @@ class CallHook(Effect):
 
     async def run_async(self, env: Env) -> Any:
         _, async_defined = hook_is_defined(self.middleware, self.hook)
+        env.acted = env.acted or self.hook not in self.middleware.pure_hooks
         token = set_current_task(self.task)
         try:
             if async_defined:
@@ -639,6 +699,7 @@ class Chain(Effect):
         self.normalise = normalise
 
     def run_sync(self, env: Env) -> Any:
+        env.acted = True
         token = set_current_task(self.task)
         try:
             return self._call_sync(env, 0, self.request)
@@ -673,6 +734,7 @@ class Chain(Effect):
         return self.normalise(result)
 
     async def run_async(self, env: Env) -> Any:
+        env.acted = True
         token = set_current_task(self.task)
         try:
             return await self._call_async(env, 0, self.request)

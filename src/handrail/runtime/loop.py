@@ -42,7 +42,7 @@ from handrail.runtime.spec import AgentSpec
 from handrail.tools import ToolArgumentsError
 from handrail.types import Interrupt, RunnableConfig
 
-__all__ = ["RunRequest", "RunResult", "run", "update_state"]
+__all__ = ["CancelledBy", "RunRequest", "RunResult", "cancelled_by", "run", "update_state"]
 
 Gen = Generator[Effect, Any, Any]
 
@@ -68,6 +68,7 @@ class RunResult(NamedTuple):
 
     values: dict[str, Any]
     interrupts: tuple[Interrupt, ...]
+    answers: Mapping[str, Any] = {}  # a record-only run's: the answers as saved (``Agent.decide``)
 
 
 # Time travel ---------------------------------------------------------------------------------
@@ -113,6 +114,7 @@ def run(env: Env, request: RunRequest) -> Gen:
         reviewer=request.reviewer,
         metadata=request.metadata,
         channel=request.channel,
+        record_only=request.record_only,
     )
     try:
         return (yield from _run_steps(env, request, fold, events))
@@ -122,12 +124,41 @@ def run(env: Env, request: RunRequest) -> Gen:
             failed = {"run_id": env.run_id, "error": reason if len(reason) <= 2000 else reason[:1997] + "..."}
             buffer(env, [Event("failed", failed)])
         raise
+    except BaseException as exc:
+        by = cancelled_by(exc)
+        if by is not None and not env.broken and (env.appends or fold.head_seq or env.buffer):
+            # rule 21: a cancel says who made it (the canceller's task.cancel(CancelledBy(...)))
+            data = {"run_id": env.run_id, "error": "cancelled", "cancelled": True}
+            buffer(env, [Event("failed", {**data, **rules.caller(by.identity, by.channel)})])
+        raise
     finally:
         if env.buffer and not env.broken:
             try:
                 yield flush(last=True, failed=True)  # keep what the run did, even when it stops on an error
             except Exception:
                 pass  # the original error is the one to report
+
+
+class CancelledBy:
+    """Who cancels a run: give it as the message of ``task.cancel(...)`` (the service does),
+    and the run records its cancel with that identity in the thread's log (SPEC rule 21)."""
+
+    __slots__ = ("channel", "identity")
+
+    def __init__(self, identity: Any, channel: str = "python") -> None:
+        self.identity = identity
+        self.channel = channel
+
+    def __repr__(self) -> str:
+        return f"CancelledBy({self.identity!r}, {self.channel!r})"
+
+
+def cancelled_by(exc: BaseException) -> CancelledBy | None:
+    """The :class:`CancelledBy` a cancelled run was given, if ``exc`` is that cancellation."""
+    if type(exc).__name__ != "CancelledError":
+        return None
+    found = next((arg for arg in exc.args if isinstance(arg, CancelledBy)), None)
+    return found
 
 
 def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Event]) -> Gen:
@@ -138,7 +169,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
             env.send("values", fold.public_values())
     if request.record_only:  # answers recorded: a worker runs them (the thread is queued if due)
         yield Persist([], flush=True, durable=True, queue=_due(fold))
-        return RunResult(fold.public_values(), interrupts_of(fold.pending))
+        return RunResult(fold.public_values(), interrupts_of(fold.pending), dict(fold.answers))
     runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
         config=request.config,
@@ -387,8 +418,8 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         # before any of them can act; each one's own start and result are saved after it.
         yield Persist([Event("tools_planned", {"calls": planned, "run_id": env.run_id})], flush=True)
         yield RunTasks(tasks)
-    if fold.pending:
-        return
+    if fold.pending or any(call_id not in fold.task_results for call_id in order):
+        return  # waits for answers, or an answer recorded meanwhile made a call due: the loop goes on
     results = [fold.task_results[call_id] for call_id in order]
     data: dict[str, Any] = {"step": TOOLS, "values": None, "next": None}
     ran = [spec.tools[m.name] for m in results if m.name in spec.tools]

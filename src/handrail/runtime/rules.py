@@ -334,8 +334,13 @@ def start_events(
     reviewer: Any,
     metadata: Mapping[str, Any] | None,
     channel: str = "python",
+    record_only: bool = False,
 ) -> list[Event]:
     """The events that begin a run, after validating its input completely.
+
+    ``record_only``: the run records answers and runs nothing (``Agent.decide``); it may
+    do so while another run executes a tool of the thread, which then puts its own
+    events after the answers (``rebase.py``).
 
     Input and updates say who sent them (``reviewer``: the caller's identity) and through
     which channel (SPEC rule 21).
@@ -344,7 +349,7 @@ def start_events(
     another live run is executing. Raises before returning when the input is refused,
     so nothing is saved (rule 5).
     """
-    if busy is not None:
+    if busy is not None and not (record_only and isinstance(run_input, Command) and run_input.update is None):
         named: tuple[str, ...] = ()
         if isinstance(run_input, Command) and run_input.resume is not None:
             with contextlib.suppress(InvalidDecisionError):
