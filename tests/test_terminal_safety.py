@@ -336,3 +336,25 @@ def test_safe_console_escapes_whatever_is_printed_on_it() -> None:
     assert "\x1b[31;1m" not in out and "\x1b]52" not in out
     assert "\\x1b[31;1mPWNED" in out and "\\x1b]52;c;" in out
     assert "\x1b[1mstyled" in out  # the console's own styles still reach the terminal
+
+
+def test_the_demos_editor_that_changes_nothing_makes_no_edit() -> None:
+    """Issue 25: leaving the editor without a change (or with an empty file) is no edit;
+    the reviewer is asked again and may decide otherwise."""
+    from handrail.terminal import TerminalReviewer
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=200)
+    answers = iter(["e", "v", "v", "b", "r", ""])
+    saved = iter(['{\n  "path": "a"\n}\n', "   \n"])  # the same arguments, then an empty file
+    value = {
+        "action_requests": [
+            {"name": "write_file", "args": {"path": "a"}, "description": "d", "tool_call_id": "c1"}
+        ],
+        "review_configs": [{"action_name": "write_file", "allowed_decisions": ["approve", "edit", "reject"]}],
+    }
+    reviewer = TerminalReviewer(console, lambda prompt: next(answers), edit_text=lambda text: next(saved))
+    answer = reviewer.settle(Interrupt(value, "i1"), lambda answer: answer)
+    assert answer == {"decisions": [{"type": "reject"}]}
+    out = buffer.getvalue()
+    assert "Nothing changed in the editor" in out and "empty file" in out

@@ -144,5 +144,5 @@ def edit_in_editor(text: str, *, suffix: str = ".json") -> str:
         except OSError as exc:
             raise EditorUnavailableError(f"could not start the editor {command[0]!r}: {exc}") from None
         if done.returncode != 0:
-            raise EditorUnavailableError(f"the editor exited with code {done.returncode}; nothing changed")
+            raise EditorUnavailableError(f"the editor exited with code {done.returncode}")
         return path.read_text(encoding="utf-8")

@@ -4,6 +4,9 @@ Each command talks to a service (``--url``/``--token``, or ``HANDRAIL_URL`` and
 ``HANDRAIL_TOKEN``) or directly to a store (``--db``/``--postgres`` with ``--agent
 module:obj``; then ``--reviewer``/``--role`` say who answers, recorded with channel
 ``cli``). An interrupt is named by its id or any unique prefix of it, as the inbox shows.
+``handrail audit THREAD`` prints one thread's trail; ``handrail audit`` (``--since``,
+``--until``, ``--limit``) the trail across threads, where a deleted thread shows as the
+record its deletion left: who, when, and the head hash of the deleted log (SPEC rule 21).
 
 Thread ids, tool names, arguments, messages and reviewer names come from models, tools and
 people: they are printed through :func:`handrail.terminal.safe_text` (control and invisible
@@ -14,10 +17,7 @@ rich markup in them kept as text).
 from __future__ import annotations
 
 import argparse
-import os
-import shlex
-import subprocess
-import tempfile
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from handrail._message_display import visible, visible_json
+from handrail._terminal_edit import EditorUnavailableError, edit_in_editor
 from handrail.terminal import safe_markup, safe_text
 
 __all__ = ["COMMANDS", "add_commands", "run"]
@@ -83,16 +84,38 @@ def add_commands(commands: Any) -> None:
     _where(threads)
     audit = commands.add_parser(
         "audit",
-        help="a thread's audit trail (who answered what, when, and what ran), or 'audit verify'",
-        description="'handrail audit THREAD' prints a thread's audit trail. 'handrail audit verify "
-        "THREAD ... | --all' checks stored logs against their hash chains (with --db, or --postgres and "
-        "--schema) and names the first record that does not match; exit code 1 when one does not, or "
-        "when --all finds no thread. Each intact thread is printed with its head hash: keep it "
-        "elsewhere and pass it back with --expect-head, since a chain alone cannot see records cut "
-        "from its end.",
+        help="the audit trail across threads or of one (who answered what, when, what ran, who "
+        "deleted what), or 'audit verify'",
+        description="'handrail audit' prints the audit trail across threads, oldest first (--since, "
+        "--until, --limit); a deleted thread shows there as the record its deletion left: who, when "
+        "and the head hash of its log. 'handrail audit THREAD' prints one thread's trail. 'handrail "
+        "audit verify THREAD ... | --all' checks stored logs against their hash chains (with --db, or "
+        "--postgres and --schema) and names the first record that does not match; exit code 1 when one "
+        "does not, or when --all finds no thread. Each intact thread is printed with its head hash: "
+        "keep it elsewhere and pass it back with --expect-head, since a chain alone cannot see records "
+        "cut from its end. It also checks each thread's row and pending reviews, which the inbox shows "
+        "without reading the log; --repair rebuilds the damaged ones from the log and says what changed.",
     )
-    audit.add_argument("thread_id", nargs="+", metavar="THREAD", help="a thread id, or: verify THREAD ...")
+    audit.add_argument(
+        "thread_id",
+        nargs="*",
+        metavar="THREAD",
+        help="a thread id (none: across threads), or: verify THREAD ...",
+    )
     audit.add_argument("--csv", action="store_true", help="print CSV")
+    audit.add_argument(
+        "--since",
+        type=_moment,
+        metavar="WHEN",
+        help="across threads: entries at or after WHEN (ISO 8601, UTC unless it names a zone, or epoch "
+        "seconds)",
+    )
+    audit.add_argument(
+        "--until", type=_moment, metavar="WHEN", help="across threads: entries at or before WHEN"
+    )
+    audit.add_argument(
+        "--limit", type=int, help="across threads: at most this many entries, the oldest (default: 1000)"
+    )
     audit.add_argument("--all", action="store_true", help="with verify: check every thread in the store")
     audit.add_argument(
         "--expect-head",
@@ -100,11 +123,35 @@ def add_commands(commands: Any) -> None:
         help="with verify and one thread: the head hash kept from an earlier verify; fail unless the "
         "log still ends there (a log cut at its end, or rewritten, is found only this way)",
     )
+    audit.add_argument(
+        "--repair",
+        action="store_true",
+        help="with verify: rebuild each thread's row, pending reviews and their index rows from its log "
+        "where they are damaged (the log must pass its own checks), and say what changed",
+    )
     _where(audit)
 
 
 class CommandError(ValueError):
     """A review command cannot go on; the message says why."""
+
+
+def _moment(text: str) -> float:
+    """A time on the command line: ISO 8601 (UTC unless it names a zone) or epoch seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a time: '{visible(text)}' (give ISO 8601, e.g. 2026-12-01T09:00:00+00:00, or epoch "
+                "seconds)"
+            ) from None
+        return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"not a time: '{visible(text)}' (epoch seconds are finite, from 0)")
+    return seconds
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -227,17 +274,25 @@ def _edited_args(args: argparse.Namespace, request: dict[str, Any]) -> Any:
     if not args.editor:
         text = args.args
     else:
-        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-            handle.write(orjson.dumps(request.get("args"), option=orjson.OPT_INDENT_2).decode() + "\n")
-        subprocess.run([*shlex.split(editor), handle.name], check=False)
-        text = Path(handle.name).read_text()
+        # An editor that fails, or that saves nothing new, sends nothing: quitting it is
+        # never an answer (issue 25), least of all an approval in disguise.
+        shown = orjson.dumps(request.get("args"), option=orjson.OPT_INDENT_2).decode() + "\n"
+        try:
+            text = edit_in_editor(shown)
+        except EditorUnavailableError as exc:
+            raise CommandError(f"{exc}; nothing was sent") from None
+        if not text.strip():
+            raise CommandError("the editor saved an empty file; nothing was sent")
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise CommandError(f"the arguments are not JSON ({exc}); nothing was sent") from None
     if not isinstance(value, dict):
         raise CommandError("the arguments must be a JSON object; nothing was sent")
+    if args.editor and value == request.get("args"):
+        raise CommandError(
+            "the arguments are unchanged; nothing was sent (to run the call as proposed: handrail approve)"
+        )
     return value
 
 
@@ -273,12 +328,21 @@ def _threads(reviews: Any, args: argparse.Namespace, console: Console) -> int:
 
 
 def _audit(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    if len(args.thread_id) != 1 or args.all or args.expect_head:
+    if len(args.thread_id) > 1 or args.all or args.expect_head or args.repair:
         raise CommandError(
-            "'handrail audit' takes one thread id; --all and --expect-head go with "
-            "'handrail audit verify THREAD ... | --all'"
+            "'handrail audit' takes one thread id, or none for the trail across threads; --all, "
+            "--expect-head and --repair go with 'handrail audit verify THREAD ... | --all'"
         )
-    entries = reviews.audit(args.thread_id[0])
+    across = not args.thread_id
+    if across:
+        limit = 1000 if args.limit is None else args.limit
+        entries = reviews.audit_across(since=args.since, until=args.until, limit=limit)
+    elif args.since is not None or args.until is not None or args.limit is not None:
+        raise CommandError(
+            "--since, --until and --limit pick entries across threads: leave out the thread id, or them"
+        )
+    else:
+        entries = reviews.audit(args.thread_id[0])
     if args.csv:
         from handrail.server.wire import audit_csv
 
@@ -286,27 +350,32 @@ def _audit(reviews: Any, args: argparse.Namespace, console: Console) -> int:
         # The CSV keeps the data exactly; only a terminal gets its hidden characters escaped.
         console.file.write(visible(text, newlines=True) if console.file.isatty() else text)
         return 0
-    table = Table("#", "when", "event", "who", "channel", "what")
+    table = Table(*(["thread"] if across else []), "#", "when", "event", "who", "channel", "what")
     for e in entries:
-        who = (
-            (e.get("reviewer") or {}).get("id") if isinstance(e.get("reviewer"), dict) else e.get("reviewer")
-        )
-        what = _short(
-            e.get("value")
-            if e["event"] in ("answered", "review_requested")
-            else e.get("args") or (e.get("result") or {}).get("content"),
-            70,
-        )
-        table.add_row(
+        who = e.get("reviewer") or e.get("by")  # who answered, or who made a change
+        cells = [
             safe_text(e["seq"]),
             safe_text(str(e["at"])[:19]),
             safe_text(e["event"]),
-            safe_text(who or ""),
+            safe_text((who.get("id") if isinstance(who, dict) else who) or ""),
             safe_text(e.get("channel") or ""),
-            safe_text(what),
-        )
+            safe_text(_what(e)),
+        ]
+        table.add_row(*([safe_text(e["thread_id"])] if across else []), *cells)
     console.print(table)
     return 0
+
+
+def _what(entry: dict[str, Any]) -> str:
+    """The last column of an audit line: what was asked, answered or run; what a deletion left."""
+    if entry["event"] == "thread_deleted":
+        value = entry.get("value") or {}
+        head = value.get("head_hash")
+        sealed = f"head hash {head}" if head else "no head hash (its last record had no seal)"
+        return f"the log ended at record {value.get('head_seq')}; {sealed}"
+    if entry["event"] in ("answered", "review_requested"):
+        return _short(entry.get("value"), 70)
+    return _short(entry.get("args") or (entry.get("result") or {}).get("content"), 70)
 
 
 _COMMANDS = {

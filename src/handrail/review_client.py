@@ -31,6 +31,9 @@ class Reviews(Protocol):
     def state(self, thread_id: str) -> dict[str, Any]: ...
     def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
     def audit(self, thread_id: str) -> list[dict[str, Any]]: ...
+    def audit_across(
+        self, *, since: float | None, until: float | None, limit: int
+    ) -> list[dict[str, Any]]: ...
 
 
 class ServiceReviews:
@@ -84,6 +87,12 @@ class ServiceReviews:
 
     def audit(self, thread_id: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", f"/handrail/threads/{thread_id}/audit")
+        return result
+
+    def audit_across(self, *, since: float | None, until: float | None, limit: int) -> list[dict[str, Any]]:
+        given = {"since": since, "until": until, "limit": limit}
+        params = {k: v for k, v in given.items() if v is not None}
+        result: list[dict[str, Any]] = self._call("GET", "/handrail/audit", params=params)
         return result
 
 
@@ -154,6 +163,11 @@ class StoreReviews:
         return [
             audit_entry(e) for e in self._agent.get_audit_trail({"configurable": {"thread_id": thread_id}})
         ]
+
+    def audit_across(self, *, since: float | None, until: float | None, limit: int) -> list[dict[str, Any]]:
+        from handrail.server.wire import audit_entry
+
+        return [audit_entry(e) for e in self._agent.audit(since=since, until=until, limit=limit)]
 
 
 @contextmanager

@@ -426,7 +426,10 @@ class TerminalReviewer:
         try:
             saved = self.edit_text(text)
         except EditorUnavailableError as exc:
-            self.console.print(f"[yellow]{safe_markup(exc)}[/]")
+            self.console.print(f"[yellow]{safe_markup(exc)}; nothing changed.[/]")
+            return None
+        if not saved.strip():
+            self.console.print("The editor saved an empty file; nothing changed.")
             return None
         try:
             value = json.loads(saved)
@@ -435,6 +438,9 @@ class TerminalReviewer:
             return None
         if not isinstance(value, dict):
             self.console.print("What the editor saved is not a JSON object; try again.")
+            return None
+        if value == current:
+            self.console.print("Nothing changed in the editor; no edit was made.")
             return None
         return value
 

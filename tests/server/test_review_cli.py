@@ -116,3 +116,33 @@ def test_the_cli_against_a_real_service(
     capsys.readouterr()
     monkeypatch.setenv("HANDRAIL_TOKEN", make_token(backend, "bob", "ops"))
     assert main(["approve", interrupt_prefix]) == 1
+
+
+@pytest.mark.parametrize(
+    "editor, said",
+    [
+        ("true", "unchanged; nothing was sent"),  # quits without a change
+        ("false", "exited with code 1; nothing was sent"),  # quits with an error
+        ("truncate -s 0", "empty file; nothing was sent"),  # saves nothing
+    ],
+)
+def test_quitting_the_editor_sends_nothing(
+    store_flags: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    editor: str,
+    said: str,
+) -> None:
+    """Issue 25: an editor that exits without a change, with an error or with an empty
+    file is never an answer (it used to record an 'edit' with the same arguments, which ran)."""
+    with SqliteSaver(store_flags[1]) as saver:
+        agent = served_agent.build(saver)
+        review = agent.list_interrupts(tool="write_file").items[0].interrupt.id
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", editor)
+    assert main(["edit", review, "--editor", *store_flags]) == 1
+    assert said in capsys.readouterr().err
+    assert served_agent.RAN == []
+    with SqliteSaver(store_flags[1]) as saver:
+        still = [i.interrupt.id for i in served_agent.build(saver).list_interrupts(tool="write_file").items]
+    assert review in still
