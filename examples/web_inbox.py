@@ -2,7 +2,7 @@
 
 From the repository's folder (after ``make install``)::
 
-    .venv/bin/handrail tokens create --name alice --role support --role dba   # prints a token
+    .venv/bin/handrail tokens create --name alice --role support --role dba --scope run --scope review
     .venv/bin/handrail serve examples.web_inbox:agent                        # http://127.0.0.1:8000/inbox
     .venv/bin/python examples/web_inbox.py --token hr_...                    # conversations that pause
 

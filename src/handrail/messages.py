@@ -323,10 +323,37 @@ def _from_role(role: str, fields: dict[str, Any], where: str) -> BaseMessage:
         raise ValueError(
             f"{where} content must be a string or a list of blocks, got {type(content).__name__}"
         )
+    _check_field_types(fields, where, role)
     try:
         return cls(**{**fields, "content": content})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where} ({role}) is not a valid message: {exc}") from None
+
+
+# The type each field of a message dict must have, when given (None: leave it out).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "name": (str,),
+    "tool_call_id": (str,),
+    "status": (str,),
+    "additional_kwargs": (dict,),
+    "response_metadata": (dict,),
+    "usage_metadata": (dict,),
+    "tool_calls": (list, tuple),
+    "invalid_tool_calls": (list, tuple),
+}
+_TYPE_NAMES: dict[type, str] = {str: "a string", dict: "an object", list: "a list", tuple: "a list"}
+
+
+def _check_field_types(fields: Mapping[str, Any], where: str, role: str) -> None:
+    """Refuse a field of the wrong type (an id that is an object, say): such a message would be
+    saved and then fail every read of its thread (an id is a key of the messages' index)."""
+    for key, types in _FIELD_TYPES.items():
+        value = fields.get(key)
+        if value is not None and not isinstance(value, types):
+            raise ValueError(
+                f"{where} ({role}) {key} must be {_TYPE_NAMES[types[0]]}, got {type(value).__name__}"
+            )
 
 
 def _normalise_tool_call(tc: Any) -> ToolCall:
@@ -338,6 +365,8 @@ def _normalise_tool_call(tc: Any) -> ToolCall:
     if not isinstance(args, Mapping):
         raise ValueError(f"tool call {tc.get('name')!r} args must be a dict, got {type(args).__name__}")
     call_id = tc.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise ValueError(f"tool call {tc['name']!r} id must be a string, got {type(call_id).__name__}")
     return ToolCall(name=tc["name"], args=dict(args), id=call_id, type="tool_call")
 
 

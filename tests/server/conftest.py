@@ -103,8 +103,10 @@ class Service:
         self.app = create_app({"sql": self.agent}, db=self.db)
         self.tokens = self.app.state.service.tokens
 
-    def token(self, name: str, *roles: str) -> dict[str, str]:
-        _, token = self.tokens.create(name, list(roles))
+    def token(self, name: str, *roles: str, scopes: tuple[str, ...] = ("run", "review")) -> dict[str, str]:
+        """Headers with a new token for ``name``: ``roles``, and ``scopes`` (run and review
+        unless given: what a test's application and reviewer both do)."""
+        _, token = self.tokens.create(name, list(roles), list(scopes))
         return {"Authorization": f"Bearer {token}"}
 
 
@@ -129,7 +131,8 @@ HERE = Path(__file__).resolve().parent
 HANDRAIL = [sys.executable, "-m", "handrail"]
 
 
-def make_token(backend: Backend, name: str, *roles: str) -> str:
+def make_token(backend: Backend, name: str, *roles: str, scopes: tuple[str, ...] = ("run", "review")) -> str:
+    """A token made by ``handrail tokens create`` (run and review unless ``scopes`` says)."""
     args = [
         *HANDRAIL,
         "tokens",
@@ -137,6 +140,7 @@ def make_token(backend: Backend, name: str, *roles: str) -> str:
         "--name",
         name,
         *(f"--role={r}" for r in roles),
+        *(f"--scope={s}" for s in scopes),
         *backend.store_flags(),
     ]
     done = subprocess.run(args, capture_output=True, text=True, cwd=HERE, check=True, timeout=60)

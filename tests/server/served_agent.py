@@ -3,7 +3,8 @@
 ``handrail serve served_agent:agent`` (run from this folder) serves it; the tests also
 build it in-process. ``execute_sql`` is reviewed by the ``dba`` role only; ``write_file``
 by anyone. A user message ``"write NAME"`` makes it propose ``write_file`` instead, ``"block PATH"``
-an unreviewed call that waits for a file (to kill a service in the middle of a tool).
+an unreviewed call that waits for a file (to kill a service in the middle of a tool), and
+``"fail WHY"`` makes the model itself fail (a ``RuntimeError``: a run's own error).
 
 Every real execution is recorded in ``RAN`` and, when ``HANDRAIL_TEST_LEDGER`` names a
 file, as a JSON line there too: a test of a ``handrail serve`` process reads what ran.
@@ -66,6 +67,8 @@ def next_turn(messages: list[Any]) -> AIMessage:
         text = last.text
         if text.startswith("block "):
             return AIMessage("", tool_calls=[{"name": "block", "args": {"path": text[6:]}}])
+        if text.startswith("fail "):
+            raise RuntimeError(f"the model is down: {text[5:]}")
         if text.startswith("write "):
             return AIMessage(
                 "", tool_calls=[{"name": "write_file", "args": {"path": text[6:], "content": "x"}}]

@@ -307,7 +307,9 @@ async def test_threads_search_state_history_and_delete(service: Service, client:
     assert state["tasks"][0]["interrupts"][0]["id"] == interrupt_id
     history = (await client.post(f"/threads/{thread_id}/history", json={"limit": 5}, headers=alice)).json()
     assert history[0]["checkpoint"]["checkpoint_id"] == state["checkpoint"]["checkpoint_id"]
-    assert (await client.delete(f"/threads/{thread_id}", headers=alice)).status_code == 204
+    assert problem(await client.delete(f"/threads/{thread_id}", headers=alice), 403)["scope"] == "admin"
+    admin = service.token("root", scopes=("admin",))
+    assert (await client.delete(f"/threads/{thread_id}", headers=admin)).status_code == 204
     problem(await client.get(f"/threads/{thread_id}", headers=alice), 404)
 
 
@@ -364,6 +366,8 @@ async def test_the_audit_trail_across_threads_in_json_and_csv(
         path = f"/handrail/threads/{thread_id}/interrupts/{interrupt_id}/answer?wait=true"
         assert (await client.post(path, json={"answer": APPROVE}, headers=alice)).status_code == 200
         answered.append(thread_id)
+    assert problem(await client.get("/handrail/audit", headers=alice), 403)["scope"] == "admin"
+    alice = service.token("alice", "dba", scopes=("admin",))  # the audit across threads is an admin's
     trail = (await client.get("/handrail/audit", headers=alice)).json()
     assert {e["thread_id"] for e in trail} == set(answered)
     assert [e["at"] for e in trail] == sorted(e["at"] for e in trail)
@@ -401,7 +405,9 @@ async def test_a_thread_made_without_an_assistant_belongs_to_its_first_run(backe
     app = create_app(
         {"sql": served_agent.build(store), "other": served_agent.build(store)}, db=backend.server_db()
     )
-    alice = {"Authorization": "Bearer " + app.state.service.tokens.create("alice", ["dba"])[1]}
+    alice = {
+        "Authorization": "Bearer " + app.state.service.tokens.create("alice", ["dba"], ["run", "review"])[1]
+    }
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://handrail.test") as http:
         thread = (await http.post("/threads", json={}, headers=alice)).json()["thread_id"]

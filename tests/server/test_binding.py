@@ -61,8 +61,8 @@ class Pair:
             transport=httpx.ASGITransport(app=self.app), base_url="http://handrail.test"
         )
 
-    def token(self, name: str, *roles: str) -> dict[str, str]:
-        return {"x-api-key": self.service.tokens.create(name, list(roles))[1]}
+    def token(self, name: str, *roles: str, scopes: tuple[str, ...] = ("run", "review")) -> dict[str, str]:
+        return {"x-api-key": self.service.tokens.create(name, list(roles), list(scopes))[1]}
 
     async def paused(self, headers: dict[str, str], text: str, thread: str | None = None) -> tuple[str, str]:
         """A strict thread paused on ``text``: (thread id, interrupt id)."""
@@ -170,7 +170,12 @@ async def test_a_thread_created_for_an_agent_is_bound_by_its_first_run(pair: Pai
     run = {"assistant_id": "strict", "input": user("DROP TABLE d")}
     assert (await pair.http.post(f"/threads/{thread}/runs/wait", json=run, headers=alice)).status_code == 200
     record = pair.store.get_thread(thread)
-    assert dict(record.metadata) == {"assistant_id": "strict", "graph_id": "strict", "team": "data"}
+    assert dict(record.metadata) == {
+        "assistant_id": "strict",
+        "graph_id": "strict",
+        "team": "data",
+        "owner": "alice",  # who created it (its run-scoped credential)
+    }
     seen = (await pair.http.get(f"/threads/{thread}", headers=alice)).json()
     assert seen["metadata"] == dict(record.metadata) and seen["status"] == "interrupted"
 
@@ -263,7 +268,8 @@ async def test_threads_of_an_agent_not_served_here_are_not_seen(pair: Pair) -> N
     assert sorted(t["thread_id"] for t in found) == sorted([ours, plain])
     by_name = {"metadata": {"assistant_id": "demo"}}
     assert (await pair.http.post("/threads/search", json=by_name, headers=alice)).json() == []
-    trail = (await pair.http.get("/handrail/audit", headers=alice)).json()
+    admin = pair.token("root", scopes=("admin",))  # the audit across threads is an admin's
+    trail = (await pair.http.get("/handrail/audit", headers=admin)).json()
     assert {e["thread_id"] for e in trail} == {ours, plain}
 
     missing = "no-such-thread"
@@ -280,7 +286,7 @@ async def test_threads_of_an_agent_not_served_here_are_not_seen(pair: Pair) -> N
                 headers=alice,
             ),
             await pair.http.post(f"/threads/{thread}/runs/wait", json=run, headers=alice),
-            await pair.http.delete(f"/threads/{thread}", headers=alice),
+            await pair.http.delete(f"/threads/{thread}", headers=admin),
         ]
         for reply in replies:
             assert problem(reply, 404) == f"no thread {thread!r} is served here"
@@ -381,7 +387,10 @@ async def test_a_service_hosts_an_agent_under_its_key_and_its_name(backend: Back
         assert done.status_code == 200 and done.json()["run_status"] == "success", done.text
         assert LEDGER == [("execute_sql", "DROP TABLE q")]
         again = {"assistant_id": "ops", "input": user("DROP TABLE r"), "metadata": {"assistant_id": "strict"}}
-        paused = await pair.http.post("/threads/named/runs/wait", json=again, headers=alice)
+        admin = pair.token(
+            "root", scopes=("admin",)
+        )  # a Python program's thread: nobody's to run but an admin
+        paused = await pair.http.post("/threads/named/runs/wait", json=again, headers=admin)
         assert paused.status_code == 200 and paused.json()["__interrupt__"], paused.text
         assert pair.store.get_thread("named").metadata["assistant_id"] == "strict"
         # threads.create may name the agent by its own name too; the first run writes the key

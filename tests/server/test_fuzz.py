@@ -37,7 +37,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path: Path = tmp_path_factory.mktemp("fuzz") / "h.db"
     agent = served_agent.build(SqliteSaver(path))
     app = create_app({"sql": agent}, db=ServerDB.open(db_path=path))
-    headers = {"Authorization": "Bearer " + app.state.service.tokens.create("alice", ["dba"])[1]}
+    headers = {"Authorization": "Bearer " + app.state.service.tokens.create("alice", ["dba"], ["admin"])[1]}
     with TestClient(app, raise_server_exceptions=True) as client:
         thread = client.post("/threads", json={}, headers=headers).json()["thread_id"]
         body = {"assistant_id": "sql", "input": {"messages": [{"role": "user", "content": "q"}]}}

@@ -68,7 +68,11 @@ async def test_the_python_sdk_runs_a_review_cycle(backend: Backend, served: str)
     )
     joined = await alice.runs.join(thread["thread_id"], run["run_id"])
     assert joined["__interrupt__"][0]["value"]["action_requests"][0]["name"] == "write_file"
-    await alice.threads.delete(thread["thread_id"])
+    with pytest.raises(httpx.HTTPStatusError) as refused:  # deleting is an admin's
+        await alice.threads.delete(thread["thread_id"])
+    assert refused.value.response.status_code == 403
+    root = get_client(url=served, api_key=make_token(backend, "root", scopes=("admin",)))
+    await root.threads.delete(thread["thread_id"])
     with pytest.raises(httpx.HTTPStatusError) as gone:
         await alice.threads.get(thread["thread_id"])
     assert gone.value.response.status_code == 404

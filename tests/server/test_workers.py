@@ -20,7 +20,7 @@ import httpx
 import pytest
 from test_live_inbox import start as watch
 
-from conftest import Backend, make_token, serving, working
+from conftest import Backend, handrail_process, make_token, serving, working
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 
@@ -110,21 +110,23 @@ def test_a_worker_killed_in_a_tool_is_taken_over_by_another(backend: Backend, tm
                 "the second worker to raise the call as outcome_unknown",
                 lambda: (s := _state(url, alice, thread_id))["interrupts"] and s,
             )
-        (unknown,) = state["interrupts"]
-        assert unknown["value"]["type"] == "outcome_unknown" and unknown["value"]["name"] == "block"
-        assert not Path(marker + ".go").exists()  # the test never let it go: nothing ran it again
-        inbox = httpx.get(
-            f"{url}/handrail/inbox", headers={"x-api-key": alice}, params={"kind": "outcome_unknown"}
-        )
-        assert [i["interrupt_id"] for i in inbox.json()["items"]] == [unknown["id"]]
-        settle = f"{url}/handrail/threads/{thread_id}/interrupts/{unknown['id']}/answer?wait=true"
-        done = httpx.post(
-            settle,
-            json={"answer": {"type": "respond", "message": "it never ran"}},
-            headers={"x-api-key": alice},
-        )
-        assert done.status_code == 200, done.text
-        assert done.json()["values"]["messages"][-1]["content"] == "done: it never ran"
+            (unknown,) = state["interrupts"]
+            assert unknown["value"]["type"] == "outcome_unknown" and unknown["value"]["name"] == "block"
+            assert not Path(marker + ".go").exists()  # the test never let it go: nothing ran it again
+            inbox = httpx.get(
+                f"{url}/handrail/inbox", headers={"x-api-key": alice}, params={"kind": "outcome_unknown"}
+            )
+            assert [i["interrupt_id"] for i in inbox.json()["items"]] == [unknown["id"]]
+            # with --concurrency 0 only a worker continues the thread: the second one still runs
+            settle = f"{url}/handrail/threads/{thread_id}/interrupts/{unknown['id']}/answer?wait=true"
+            done = httpx.post(
+                settle,
+                json={"answer": {"type": "respond", "message": "it never ran"}},
+                headers={"x-api-key": alice},
+                timeout=60,
+            )
+            assert done.status_code == 200, done.text
+            assert done.json()["values"]["messages"][-1]["content"] == "done: it never ran"
 
 
 def test_answers_through_two_services_at_once_run_once_on_the_workers(backend: Backend) -> None:
@@ -179,3 +181,58 @@ def test_answers_through_two_services_at_once_run_once_on_the_workers(backend: B
             )
             tools = [m for m in state["values"]["messages"] if m["type"] == "tool"]
             assert len(tools) == 1, state["values"]["messages"]
+
+
+def test_a_run_the_service_accepted_happens_though_the_service_dies_at_once(backend: Backend) -> None:
+    """Issue 24: runs.create answers once the run's input is on record; the service killed
+    right after its answer, another service's worker takes the thread over and the run
+    goes on to its review."""
+    token = make_token(backend, "alice", "dba")
+    serve = ["serve", "served_agent:agent", *backend.store_flags(), "--port", "0"]
+    with handrail_process(serve, r"on (http://127\.0\.0\.1:\d+)") as (process, found):
+        url = found.group(1)
+        thread = httpx.post(f"{url}/threads", json={}, headers={"x-api-key": token}, timeout=60).json()
+        run = {"assistant_id": "sql", "input": {"messages": [{"role": "user", "content": "DROP TABLE t"}]}}
+        path = f"{url}/threads/{thread['thread_id']}/runs"
+        assert httpx.post(path, json=run, headers={"x-api-key": token}, timeout=60).status_code == 200
+        os.kill(process.pid, signal.SIGKILL)
+    with serving(backend) as second:
+        deadline = time.monotonic() + 60
+        state: dict[str, Any] = {}
+        while not state.get("interrupts"):
+            assert time.monotonic() < deadline, state
+            reply = httpx.get(f"{second}/threads/{thread['thread_id']}/state", headers={"x-api-key": token})
+            state = reply.json()
+            time.sleep(0.2)
+        (review,) = state["interrupts"]
+        assert review["value"]["action_requests"][0]["args"] == {"query": "DROP TABLE t"}
+
+
+async def test_a_service_with_no_worker_of_its_own_runs_no_answer(backend: Backend, monkeypatch: Any) -> None:
+    """Issue 25: ``--concurrency 0`` runs no queued thread in the service, even for an answer
+    sent with ``?wait=true``: it waits for a worker, which runs the call."""
+    import served_agent
+
+    from handrail.server import create_app, reviews
+    from handrail.worker import Worker
+
+    monkeypatch.setattr(reviews, "WAIT_SECONDS", 0.5)
+    served_agent.RAN.clear()
+    store = backend.saver()
+    agent = served_agent.build(store)
+    app = create_app({"sql": agent}, db=backend.server_db(), worker_concurrency=0)
+    alice = {"x-api-key": app.state.service.tokens.create("alice", ["dba"], ["run", "review"])[1]}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://handrail.test") as http:
+        run = {"assistant_id": "sql", "input": {"messages": [{"role": "user", "content": "DROP TABLE t"}]}}
+        assert (await http.post("/runs/wait", json=run, headers=alice)).status_code == 200
+        (record,) = await agent.alist_threads()
+        state = await agent.aget_state({"configurable": {"thread_id": record.thread_id}})
+        thread, interrupt = record.thread_id, state.interrupts[0].id
+        path = f"/handrail/threads/{thread}/interrupts/{interrupt}/answer?wait=true"
+        body = (
+            await http.post(path, json={"answer": {"decisions": [{"type": "approve"}]}}, headers=alice)
+        ).json()
+        assert body["run_status"] == "pending" and served_agent.RAN == []
+        assert await Worker({"sql": agent}).run_thread(thread) is not None
+    assert served_agent.RAN == [("execute_sql", {"query": "DROP TABLE t"})]

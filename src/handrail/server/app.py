@@ -1,4 +1,4 @@
-"""The FastAPI application: routers, the web inbox's pages, problem details, the body limit.
+"""The FastAPI application: routers, the web inbox's pages, problem details, the limits.
 
 Example::
 
@@ -22,8 +22,9 @@ from handrail.agent import Agent
 from handrail.server import events, pages, reviews, runs, threads
 from handrail.server.db import ServerDB
 from handrail.server.events import LiveFeed
+from handrail.server.limits import RateLimit, RequestGuard
 from handrail.server.problems import BodyLimit, install
-from handrail.server.runs import RunRegistry
+from handrail.server.registry import RunRegistry
 from handrail.server.service import Service
 from handrail.worker import Worker
 
@@ -40,6 +41,7 @@ def create_app(
     worker_concurrency: int = 8,
     worker_poll: float = 1.0,
     feed_retention: float = 7 * 24 * 3600.0,
+    rate_limit: float | None = None,
 ) -> FastAPI:
     """The service's ASGI app for ``agents`` (assistant id -> agent, each with its store).
 
@@ -49,7 +51,14 @@ def create_app(
     processes), looking for work every ``worker_poll`` seconds when nothing wakes it.
     Once an hour it drops the store's feed notices older than ``feed_retention``
     seconds (the live inbox's ``Last-Event-ID`` reaches back that far).
+
+    Request bodies are at most ``max_body`` bytes; JSON, ids and pages are bounded as
+    ``limits.py`` says. ``rate_limit``: at most this many requests a second per
+    credential (a 429 beyond; :class:`~handrail.server.limits.RateLimit`); None, the
+    default: no limit.
     """
+    if rate_limit is not None and not rate_limit > 0:
+        raise ValueError(f"rate_limit is a number of requests a second above 0 (or None), got {rate_limit!r}")
     for name, agent in agents.items():
         if agent.checkpointer is None:
             raise ValueError(f"agent {name!r} has no checkpointer: the service keeps threads in a store")
@@ -57,6 +66,7 @@ def create_app(
     registry = RunRegistry()
     service.runs = registry
     service.worker = Worker(agents, concurrency=max(1, worker_concurrency), poll=worker_poll)
+    service.runs_answers = worker_concurrency > 0
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -94,6 +104,7 @@ def create_app(
     )
     app.state.service = service
     install(app)
+    _name_assistants(app, sorted(agents))
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(reviews.router)
@@ -111,7 +122,11 @@ def create_app(
         (no credential is needed to ask)."""
         return {"version": VERSION}
 
+    # Outermost last: the headers on every answer, then the rate, the body's size, NUL in the URL.
+    app.add_middleware(RequestGuard)
     app.add_middleware(BodyLimit, limit=max_body)
+    if rate_limit is not None:
+        app.add_middleware(RateLimit, service=service, rate=rate_limit)
     app.add_middleware(ApiHeaders)
     return app
 
@@ -146,6 +161,21 @@ class ApiHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def _name_assistants(app: FastAPI, names: list[str]) -> None:
+    """Say in the OpenAPI document which assistants a run may name: the agents served here."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # cached on the app: named once, in place
+        run = schema.get("components", {}).get("schemas", {}).get("RunBody", {})
+        assistant = run.get("properties", {}).get("assistant_id")
+        if isinstance(assistant, dict):
+            assistant["enum"] = names
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def _trim(stores: list[Any], retention: float) -> None:

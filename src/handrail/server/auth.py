@@ -22,7 +22,12 @@ from handrail.server.problems import Problem
 from handrail.server.sessions import SESSION_COOKIE
 from handrail.server.tokens import Credential
 
-__all__ = ["caller", "session_credential"]
+__all__ = ["RECHECK_SECONDS", "caller", "recheck", "session_credential"]
+
+RECHECK_SECONDS = 0.5
+"""How often a live stream checks its credential again, against its row (not the copy a
+process trusts for a second): a revoked token or an ended session closes it within about
+this long, whichever process revoked it."""
 
 _READS = frozenset({"GET", "HEAD"})
 
@@ -35,6 +40,20 @@ def session_credential(request: Request) -> Credential | None:
     found = request.app.state.service.sessions.credential(cookie)
     assert found is None or isinstance(found, Credential)
     return found
+
+
+async def recheck(request: Request) -> Credential | None:
+    """The request's credential as it stands now, or None when it was revoked or its
+    session ended (what a live stream asks every :data:`RECHECK_SECONDS`)."""
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    service = request.app.state.service
+    if token:
+        found = await asyncio.to_thread(service.tokens.verify, token)
+    else:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        found = await asyncio.to_thread(service.sessions.credential, cookie) if cookie else None
+    return found if isinstance(found, Credential) else None
 
 
 async def caller(request: Request) -> Credential:

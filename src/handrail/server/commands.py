@@ -57,6 +57,14 @@ def add_commands(commands: Any) -> None:
         metavar="N",
         help="answered threads this service runs at once (default: 8; 0: leave them to 'handrail worker')",
     )
+    serve.add_argument(
+        "--rate-limit",
+        type=_rate,
+        default=None,
+        metavar="N",
+        help="at most N requests a second per credential, in bursts of up to N; more get a 429 "
+        "(default: no limit)",
+    )
     worker = commands.add_parser(
         "worker",
         help="run the answered reviews of agents, beside or instead of the service",
@@ -233,7 +241,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     agents, where = _agents(args, "serve")
     names = list(agents)
     db = _server_db(args)
-    app = create_app(agents, db=db, worker_concurrency=args.concurrency)
+    app = create_app(agents, db=db, worker_concurrency=args.concurrency, rate_limit=args.rate_limit)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     flags = (
@@ -336,6 +344,16 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}")
+    return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of requests a second above 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a number of requests a second above 0, got {text!r}")
     return value
 
 

@@ -39,7 +39,8 @@ from starlette.responses import StreamingResponse
 from handrail.checkpoint.base import BaseCheckpointSaver, FeedEntry
 from handrail.errors import SerializationError
 from handrail.runtime.events import decode_notice as read_notice
-from handrail.server.auth import caller
+from handrail.server.access import require
+from handrail.server.auth import RECHECK_SECONDS, caller, recheck
 from handrail.server.problems import Problem, documented
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
@@ -178,7 +179,10 @@ async def events(
     ),
     credential: Credential = Depends(caller),
 ) -> StreamingResponse:
-    """The live inbox: review.requested, review.decided and run.finished, as they happen."""
+    """The live inbox: review.requested, review.decided and run.finished, as they happen
+    (``review`` scope). The stream ends within about a second of its credential being
+    revoked or its session ending."""
+    require(credential, "review", "the live inbox")
     service = request.app.state.service
     assert isinstance(service, Service)
     feed = service.live
@@ -196,7 +200,13 @@ async def events(
         nonlocal position
         quiet_since = time.monotonic()
         yield b": handrail live inbox\n\n"
+        checked = time.monotonic()
         while not await request.is_disconnected():
+            if time.monotonic() - checked >= RECHECK_SECONDS:  # revoked or signed out: the stream ends
+                now = await recheck(request)
+                if now is None or not (now.has("review") or now.has("admin")):
+                    return
+                checked = time.monotonic()
             batch = await feed.after(position)
             for entry in batch:
                 position = entry.cursor
@@ -208,7 +218,7 @@ async def events(
                 if time.monotonic() - quiet_since > HEARTBEAT_SECONDS:
                     yield b": keep-alive\n\n"
                     quiet_since = time.monotonic()
-                await feed.news(1.0)
+                await feed.news(RECHECK_SECONDS)
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 

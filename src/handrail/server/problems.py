@@ -5,12 +5,14 @@ Every error the service answers is ``application/problem+json``: ``type``, ``tit
 ``answered_by``, ``answered_at``). handrail's errors map onto statuses here, in one
 place: 400 malformed, 401 no or bad credential, 403 not allowed, 404 unknown, 409
 already answered or busy, 413 too large, 422 an answer or input that rule 5 refuses
-(with the library's own message).
+(with the library's own message), 429 too many requests from one credential. A value a
+client sent that the store cannot keep is that client's mistake (422), never a 500.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,9 +32,18 @@ from handrail.errors import (
     InvalidInputError,
     NotAllowedError,
     PendingInterruptError,
+    SerializationError,
 )
 
-__all__ = ["PROBLEM_SCHEMA", "BodyLimit", "Problem", "documented", "install", "problem_response"]
+__all__ = [
+    "PROBLEM_SCHEMA",
+    "BodyLimit",
+    "Problem",
+    "client_problem",
+    "documented",
+    "install",
+    "problem_response",
+]
 
 log = logging.getLogger("handrail.server")
 
@@ -45,6 +56,7 @@ _TITLES = {
     409: "Conflict",
     413: "Content Too Large",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
 }
 
@@ -79,6 +91,7 @@ _WHEN = {
     409: "Already answered (naming who and when) or the thread is busy",
     413: "The request body is too large",
     422: "Refused by the rules: an answer or input that rule 5 rejects, or a cursor from elsewhere",
+    429: "Too many requests from this credential (--rate-limit); Retry-After says when to retry",
 }
 
 
@@ -128,11 +141,20 @@ def problem_response(
     )
 
 
-def _from_handrail(exc: Exception) -> Response | None:
+def client_problem(exc: BaseException) -> Problem | None:
+    """The problem a handrail error is answered with when the request caused it (a 4xx), or
+    None when it is not the client's doing (the service's own failure).
+
+    A :class:`~handrail.errors.SerializationError` that could not *store* a value is the
+    value's sender's (e.g. a dict with the store's reserved key), and so is PostgreSQL's
+    ``DataError`` (a value it cannot hold: a NUL, a number out of range; the service's
+    own checks refuse those first); one that could not *load* a record is damage, never
+    the client's.
+    """
     if isinstance(exc, NotAllowedError):
-        return problem_response(403, str(exc), interrupt_id=exc.interrupt_id, roles=list(exc.roles))
+        return Problem(403, str(exc), interrupt_id=exc.interrupt_id, roles=list(exc.roles))
     if isinstance(exc, AlreadyAnsweredError):
-        return problem_response(
+        return Problem(
             409,
             str(exc),
             interrupt_id=exc.interrupt_ids[0] if exc.interrupt_ids else None,
@@ -141,14 +163,25 @@ def _from_handrail(exc: Exception) -> Response | None:
             channel=exc.channel,
         )
     if isinstance(exc, (ConflictError, PendingInterruptError)):
-        return problem_response(409, str(exc))
+        return Problem(409, str(exc))
     if isinstance(exc, InvalidDecisionError):
-        return problem_response(
-            422, str(exc), interrupt_id=exc.interrupt_id, decision_index=exc.decision_index
-        )
+        return Problem(422, str(exc), interrupt_id=exc.interrupt_id, decision_index=exc.decision_index)
     if isinstance(exc, (InvalidInputError, ConfigurationError)):
-        return problem_response(422, str(exc))
+        return Problem(422, str(exc))
+    if isinstance(exc, SerializationError) and str(exc).startswith("cannot store"):
+        return Problem(422, str(exc))
+    psycopg = sys.modules.get("psycopg")  # loaded when a store is on PostgreSQL
+    if psycopg is not None and isinstance(exc, psycopg.DataError):
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return Problem(422, f"a value of the request cannot be stored in PostgreSQL: {reason}")
     return None
+
+
+def _from_handrail(exc: Exception) -> Response | None:
+    found = client_problem(exc)
+    if found is None:
+        return None
+    return problem_response(found.status, found.detail, headers=found.headers, **found.extra)
 
 
 def install(app: FastAPI) -> None:
@@ -172,6 +205,8 @@ def install(app: FastAPI) -> None:
             }
             for e in exc.errors()
         ]
+        for error in errors:  # pydantic's prefix says nothing the message does not
+            error["msg"] = error["msg"].removeprefix("Value error, ")
         where = "; ".join(f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors[:5])
         return problem_response(400, f"malformed request: {where}", errors=errors)
 
@@ -194,6 +229,9 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HandrailError, on_error)  # mapped in ExceptionMiddleware: not re-raised
+    psycopg = sys.modules.get("psycopg")  # a store on PostgreSQL: a value it cannot hold is a 422
+    if psycopg is not None:
+        app.add_exception_handler(psycopg.DataError, on_error)
     app.add_exception_handler(Exception, on_error)  # the last resort: a 500, logged
 
 

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from handrail.errors import InvalidDecisionError
+from handrail.server.access import require
 from handrail.server.auth import caller
+from handrail.server.bodies import AnswerBody, InterruptPath, ThreadPath
 from handrail.server.events import decode_notice
+from handrail.server.limits import MAX_ID, GuardedRoute, check_storable, load_json
 from handrail.server.problems import Problem, documented
 from handrail.server.service import Service
 from handrail.server.tokens import Credential
@@ -33,7 +35,9 @@ __all__ = ["inbox_page", "record_answer", "router"]
 
 WAIT_SECONDS = 120.0  # how long ``?wait=true`` follows a run another worker took
 
-router = APIRouter(prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413))
+router = APIRouter(
+    prefix="/handrail", tags=["reviews"], responses=documented(400, 401, 413), route_class=GuardedRoute
+)
 _AUDIT_BODIES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audit trail, oldest first",
@@ -43,9 +47,6 @@ _AUDIT_BODIES: dict[int | str, dict[str, Any]] = {
         },
     }
 }
-_ANSWER_SHAPE = (
-    'the body must be a JSON object {"answer": ...}, e.g. {"answer": {"decisions": [{"type": "approve"}]}}'
-)
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -59,27 +60,33 @@ def _service(request: Request) -> Service:
 
 
 def _metadata_filter(raw: str | None) -> dict[str, Any] | None:
+    """The ``metadata`` query parameter: JSON as a body is taken (``limits.load_json``), an
+    object, no NUL in it."""
     if raw is None:
         return None
+    shape = '\'metadata\' must be a JSON object, e.g. {"team": "data"}'
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise Problem(400, '\'metadata\' must be a JSON object, e.g. {"team": "data"}') from None
+        value = load_json(raw, "'metadata'")
+    except ValueError as exc:
+        raise Problem(400, f"{exc}; {shape}") from None
     if not isinstance(value, dict):
-        raise Problem(400, '\'metadata\' must be a JSON object, e.g. {"team": "data"}')
-    return value
+        raise Problem(400, shape)
+    try:
+        return check_storable(value, "'metadata'")
+    except ValueError as exc:
+        raise Problem(400, str(exc)) from None
 
 
 @router.get("/inbox", responses=documented(404, 422))
 async def inbox(
     request: Request,
-    tool: str | None = None,
-    agent: str | None = Query(None, description="only threads of this assistant"),
+    tool: str | None = Query(None, max_length=MAX_ID, description="only reviews of this tool"),
+    agent: str | None = Query(None, max_length=MAX_ID, description="only threads of this assistant"),
     older_than: float | None = Query(None, ge=0, description="seconds"),
     metadata: str | None = Query(None, description="a JSON object the thread's metadata must contain"),
     kind: str | None = Query(None, pattern="^(interrupt|outcome_unknown)$"),
     limit: int = Query(20, ge=1, le=200),
-    cursor: str | None = None,
+    cursor: str | None = Query(None, max_length=1024, description="next_cursor of the page before"),
     order: Literal["oldest", "newest"] = Query(
         "oldest", description="by creation time: oldest or newest first"
     ),
@@ -110,10 +117,10 @@ async def inbox(
     "/threads/{thread_id}/interrupts/{interrupt_id}/answer", responses=documented(403, 404, 409, 422)
 )
 async def answer(
-    thread_id: str,
-    interrupt_id: str,
+    thread_id: ThreadPath,
+    interrupt_id: InterruptPath,
     request: Request,
-    payload: Any = Body(None),
+    payload: AnswerBody,
     wait: bool = False,
     credential: Credential = Depends(caller),
 ) -> Response:
@@ -122,26 +129,24 @@ async def answer(
     The body is ``{"answer": ...}`` (for a tool review ``{"answer": {"decisions": [...]}}``).
     An identity in the body is ignored: the credential says who answers.
     """
-    if not isinstance(payload, Mapping) or "answer" not in payload:
-        raise Problem(400, _ANSWER_SHAPE)
-    unexpected = sorted(set(payload) - {"answer", "reviewer"})
+    unexpected = sorted(payload.model_extra or {})
     if unexpected:
         raise Problem(400, f'unexpected field(s) {unexpected}; the body is {{"answer": ...}}')
     body = await record_answer(
-        _service(request), thread_id, interrupt_id, payload["answer"], credential, channel="http", wait=wait
+        _service(request), thread_id, interrupt_id, payload.answer, credential, channel="http", wait=wait
     )
     return _json(body, 200 if wait else 202)
 
 
 @router.get("/threads/{thread_id}/audit", responses={**_AUDIT_BODIES, **documented(404, 422)})
 async def audit(
-    thread_id: str,
+    thread_id: ThreadPath,
     request: Request,
     format: str = Query("json", pattern="^(json|csv)$"),
     credential: Credential = Depends(caller),
 ) -> Response:
     """Who was asked what, who answered what, when and how, and what ran (JSON or CSV)."""
-    _, agent, _ = await _service(request).owner(thread_id)
+    _, agent, _ = await _service(request).readable(thread_id, credential)
     entries = [
         audit_entry(e) for e in await agent.aget_audit_trail({"configurable": {"thread_id": thread_id}})
     ]
@@ -168,7 +173,9 @@ async def inbox_page(
     """One page of the reviews ``credential`` may decide: ``{"items": [...], "next_cursor"}``.
 
     Only the threads of the agents served here (of ``agent`` alone, when given) are listed.
+    It needs the ``review`` scope.
     """
+    require(credential, "review", "the inbox")
     if agent is not None:
         service.agent(agent)
     library = service.agents[agent or service.default_assistant]
@@ -216,6 +223,7 @@ async def record_answer(
     with ``wait``, once the run that continued the thread paused again or ended, with
     ``run_status`` (``success`` or ``error``), ``run_error`` and the thread's ``values``.
     """
+    require(credential, "review", "answering a review")
     _, agent, _ = await service.owner(thread_id, fresh=True)
     store = agent.checkpointer
     assert store is not None
@@ -252,8 +260,8 @@ async def record_answer(
 async def _continued(service: Service, agent: Any, thread_id: str, before: str | None) -> dict[str, Any]:
     """Run the queued thread here, or wait for the worker that took it; how it went."""
     outcome: dict[str, Any] = {"run_status": "success"}
-    try:
-        ran = await service.worker.run_thread(thread_id)
+    try:  # with --concurrency 0 this process runs no queued thread: it waits for a worker
+        ran = await service.worker.run_thread(thread_id) if service.runs_answers else None
     except Exception as exc:  # the run's own error: its thread keeps what it saved
         ran, outcome = None, {"run_status": "error", "run_error": f"{type(exc).__name__}: {exc}"}
     if ran is None and "run_error" not in outcome:
@@ -296,14 +304,15 @@ async def audit_across(
     request: Request,
     since: float | None = Query(None, ge=0, description="entries at or after this time (epoch seconds)"),
     until: float | None = Query(None, ge=0, description="entries at or before this time (epoch seconds)"),
-    agent: str | None = Query(None, description="only threads of this assistant"),
+    agent: str | None = Query(None, max_length=MAX_ID, description="only threads of this assistant"),
     metadata: str | None = Query(None, description="a JSON object the thread's metadata must contain"),
     limit: int = Query(1000, ge=1, le=100_000, description="at most this many entries, the oldest"),
     format: str = Query("json", pattern="^(json|csv)$"),
     credential: Credential = Depends(caller),
 ) -> Response:
     """The audit trail across threads, oldest first (JSON or CSV): each thread of the agents
-    served here updated since ``since`` is read from its log."""
+    served here updated since ``since`` is read from its log (``admin`` scope)."""
+    require(credential, "admin", "the audit across threads")
     service = _service(request)
     if agent is not None:
         service.agent(agent)

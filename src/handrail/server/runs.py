@@ -3,33 +3,39 @@
 A run is one ``agent.astream(...)`` (or ``ainvoke``) on a thread, started by a client
 (``runs.create``, ``runs.wait``, ``runs.stream``). Answers recorded through handrail's
 own paths are run by workers instead (``handrail.worker``). The run keeps the server-sent events it
-produced, so ``join`` and a joined ``stream`` see all of them. One run at a time per
-thread in this process (LangGraph's ``multitask_strategy="reject"``); the store's
-rule 8 keeps two processes apart.
+produced while it runs, so ``join`` and a joined ``stream`` see all of them. One run at a
+time per thread in this process (LangGraph's ``multitask_strategy="reject"``); the
+store's rule 8 keeps two processes apart.
 
-Runs live in memory: a restarted service forgets finished runs, not threads (their
-state, interrupts and audit trail are in the store).
+Runs live in memory, a bounded amount of them (``registry.py``): a restarted service
+forgets finished runs, not threads (their state, interrupts and audit trail are in the
+store). A run that fails answers ``runs.wait`` and ``runs.join`` as LangGraph's server
+does, ``{"__error__": {"error", "message"}}``, unless the client's input made it fail (a
+4xx problem then, as ``problems.py`` maps it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import orjson
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response, StreamingResponse
 
 from handrail.agent import Agent
-from handrail.errors import HandrailError
-from handrail.server.auth import caller
+from handrail.messages import coerce_messages
+from handrail.runtime.loop import CancelledBy
+from handrail.server.access import OWNER_KEY, claim_owner, require
+from handrail.server.auth import RECHECK_SECONDS, caller, recheck
+from handrail.server.bodies import RunBody, RunPath, ThreadPath
+from handrail.server.limits import GuardedRoute, check_new_id
 from handrail.server.problems import Problem
+from handrail.server.registry import STREAM_MODES, Run, RunRegistry, values_of
 from handrail.server.service import BOUND_KEYS, UNBOUND, Service, ThreadRow
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
@@ -37,18 +43,7 @@ from handrail.types import Command
 
 __all__ = ["Run", "RunRegistry", "router"]
 
-log = logging.getLogger("handrail.server")
-
-router = APIRouter(tags=["runs"])
-
-# LangGraph stream modes handrail serves, and the agent mode each one reads.
-STREAM_MODES = {
-    "values": "values",
-    "updates": "updates",
-    "messages": "messages",
-    "messages-tuple": "messages",
-    "custom": "custom",
-}
+router = APIRouter(tags=["runs"], route_class=GuardedRoute)
 _SUPPORTED_FIELDS = frozenset(
     {
         "assistant_id",
@@ -66,137 +61,6 @@ _SUPPORTED_FIELDS = frozenset(
         "checkpoint_id",
     }
 )
-
-
-@dataclass
-class Run:
-    """One run of an agent on a thread, and the events it sent."""
-
-    run_id: str
-    thread_id: str
-    assistant_id: str
-    metadata: dict[str, Any]
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    status: str = "pending"
-    events: list[tuple[str, Any]] = field(default_factory=list)
-    result: dict[str, Any] | None = None
-    error: BaseException | None = None
-    task: asyncio.Task[None] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def publish(self, event: str, data: Any) -> None:
-        self.events.append((event, data))
-        self._wake.set()
-        self._wake = asyncio.Event()
-
-    async def follow(self) -> AsyncIterator[tuple[str, Any]]:
-        """Every event of the run, those sent already first, until it ends."""
-        index = 0
-        while True:
-            wake = self._wake
-            while index < len(self.events):
-                yield self.events[index]
-                index += 1
-            if self.done.is_set():
-                return
-            await wake.wait()
-
-    def as_json(self) -> dict[str, Any]:
-        """The LangGraph ``Run`` dict."""
-        return {
-            "run_id": self.run_id,
-            "thread_id": self.thread_id,
-            "assistant_id": self.assistant_id,
-            "created_at": _iso(self.created_at),
-            "updated_at": _iso(self.updated_at),
-            "status": self.status,
-            "metadata": self.metadata,
-            "multitask_strategy": "reject",
-            "kwargs": {},
-        }
-
-
-class RunRegistry:
-    """The runs of this process, and the one active run of each thread."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, Run] = {}
-        self.active: dict[str, Run] = {}
-
-    def get(self, thread_id: str, run_id: str) -> Run:
-        run = self.runs.get(run_id)
-        if run is None or run.thread_id != thread_id:
-            raise Problem(404, f"no run {run_id!r} on thread {thread_id!r} in this service process")
-        return run
-
-    def start(
-        self,
-        agent: Agent,
-        assistant_id: str,
-        thread_id: str,
-        run_input: Any,
-        config: dict[str, Any],
-        modes: list[str],
-        metadata: dict[str, Any],
-    ) -> Run:
-        """Start a run as a task of the event loop."""
-        busy = self.active.get(thread_id)
-        if busy is not None:
-            raise Problem(
-                409,
-                f"thread {thread_id!r} is busy with run {busy.run_id}; wait for it (runs.join) or cancel it",
-            )
-        run = Run(str(uuid.uuid4()), thread_id, assistant_id, metadata)
-        self.runs[run.run_id] = run
-        self.active[thread_id] = run
-        run.task = asyncio.get_running_loop().create_task(self._execute(run, agent, run_input, config, modes))
-        return run
-
-    async def _execute(
-        self, run: Run, agent: Agent, run_input: Any, config: dict[str, Any], modes: list[str]
-    ) -> None:
-        run_config: Any = config
-        try:
-            run.status = "running"
-            run.publish("metadata", {"run_id": run.run_id, "attempt": 1})
-            if modes:
-                wanted = {STREAM_MODES[m]: m for m in modes}
-                agent_modes: list[Any] = sorted(wanted)
-                async for part in agent.astream(run_input, run_config, stream_mode=agent_modes, version="v2"):
-                    data = part["data"]
-                    if part["type"] == "values" and "interrupts" in part:
-                        data = {**data, "__interrupt__": part["interrupts"]}
-                    run.publish(part["type"], data)  # made JSON when a stream reads it
-                snapshot = await agent.aget_state(run_config)
-                pending = snapshot.interrupts
-                values = to_wire(snapshot.values)
-            else:  # runs.wait, runs.create: nobody streams it
-                output = await agent.ainvoke(run_input, run_config, version="v2")
-                pending = output.interrupts
-                values = to_wire(output.value)
-            if pending:
-                values["__interrupt__"] = to_wire(list(pending))
-            run.result = values
-            run.status = "success"
-        except asyncio.CancelledError:
-            run.status = "interrupted"
-            run.publish("error", {"error": "CancelledError", "message": "the run was cancelled"})
-        except Exception as exc:
-            run.status = "error"
-            run.error = exc
-            run.publish("error", {"error": type(exc).__name__, "message": str(exc)})
-        finally:
-            run.updated_at = time.time()
-            if self.active.get(run.thread_id) is run:
-                del self.active[run.thread_id]
-            run.done.set()
-            run._wake.set()
-
-
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
 def _service(request: Request) -> Service:
@@ -237,6 +101,10 @@ def _run_input(payload: Mapping[str, Any]) -> Any:
             {k: v for k, v in m.items() if k != "example"} if isinstance(m, Mapping) else m
             for m in run_input["messages"]
         ]
+        try:  # refused here, before a thread is made or anything is saved (the library would too)
+            coerce_messages(messages, where="input['messages']")
+        except ValueError as exc:
+            raise Problem(422, str(exc)) from None
         return {**run_input, "messages": messages}
     return run_input
 
@@ -297,7 +165,13 @@ def _check_fields(payload: Mapping[str, Any]) -> None:
 
 
 async def start_run(
-    service: Service, thread_id: str | None, payload: Any, credential: Credential, *, streamed: bool = False
+    service: Service,
+    thread_id: str | None,
+    body: RunBody,
+    credential: Credential,
+    *,
+    streamed: bool = False,
+    waited: bool = False,
 ) -> Run:
     """Check a run request and start it (a new thread when ``thread_id`` is None).
 
@@ -305,9 +179,9 @@ async def start_run(
     keeps no events but its ``metadata``: it runs with ``ainvoke``, not ``astream``.
     The run's assistant must be the thread's own agent, and so must any ``assistant_id``
     or ``graph_id`` in its metadata (SPEC rule 21): a 422 otherwise, and nothing is saved.
+    ``waited``: the caller waits for its values (``runs.wait``: :func:`outcome`).
     """
-    if not isinstance(payload, Mapping):
-        raise Problem(400, "the request body must be a JSON object")
+    payload = body.given()
     _check_fields(payload)
     assistant_id = payload.get("assistant_id")
     if not isinstance(assistant_id, str):
@@ -327,6 +201,10 @@ async def start_run(
         if found.assistant is None:
             if found.logged or found.row is not None or payload.get("if_not_exists") != "create":
                 raise Problem(404, f"no thread {thread_id!r} is served here")
+            try:
+                check_new_id(thread_id, "the id of a thread a run creates")
+            except ValueError as exc:
+                raise Problem(400, str(exc)) from None
             owner, new = assistant_id, True
         elif row is not None and row.assistant_id == UNBOUND:  # created for no assistant: this run's
             owner = assistant_id
@@ -334,6 +212,8 @@ async def start_run(
             owner = found.assistant
     if owner != assistant_id:
         raise Problem(422, f"thread {thread_id!r} belongs to assistant {owner!r}, not {assistant_id!r}")
+    thread_metadata = {} if new else await service.metadata_of(thread_id, agent, row)
+    await _may_run(service, credential, thread_id, agent, payload, new, thread_metadata)
     config = _config(payload, thread_id, credential)
     asked = payload.get("config") or {}  # an object: _config checked it
     named = service.check_binding(
@@ -347,6 +227,10 @@ async def start_run(
         ],
     )
     given = {k: v for k, v in metadata.items() if k not in BOUND_KEYS}
+    if OWNER_KEY in given and given.pop(OWNER_KEY) != thread_metadata.get(OWNER_KEY, credential.name):
+        raise Problem(422, f"'metadata' names an {OWNER_KEY} of thread {thread_id!r}: the service sets it")
+    if new:
+        given = claim_owner(credential, given, "'metadata'")
     if logged:  # its log holds its binding, which no input changes: name none
         config["metadata"] = given
     else:  # its first input binds it (a thread created with metadata gets that too)
@@ -363,126 +247,204 @@ async def start_run(
     if new:  # checked: now the service may keep it
         await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
     return _registry(service).start(
-        agent, assistant_id, thread_id, run_input, config, modes if streamed else [], dict(metadata)
+        agent,
+        assistant_id,
+        thread_id,
+        run_input,
+        config,
+        modes if streamed else [],
+        dict(metadata),
+        waited=waited,
     )
+
+
+async def _may_run(
+    service: Service,
+    credential: Credential,
+    thread_id: str,
+    agent: Any,
+    payload: Mapping[str, Any],
+    new: bool,
+    metadata: Mapping[str, Any],
+) -> None:
+    """What a run request needs (``access.py``): answers ``review``, input ``run`` on the
+    caller's own thread, state updates and runs from a checkpoint ``admin``."""
+    command = payload.get("command")
+    command = command if isinstance(command, Mapping) else {}
+    configurable = (payload.get("config") or {}).get("configurable") or {}
+    if command.get("update") is not None:
+        require(credential, "admin", "a state update (command.update)")
+    if payload.get("checkpoint_id") is not None or configurable.get("checkpoint_id") is not None:
+        require(credential, "admin", "a run from a checkpoint_id")
+    if command.get("resume") is not None:
+        require(credential, "review", "answering a review (command.resume)")
+        return
+    if new:
+        require(credential, "run", "starting a thread")
+    elif command.get("update") is None:
+        what = "sending input" if payload.get("input") is not None else "running a thread"
+        await service.access.check_owner(credential, thread_id, agent, what, metadata)
 
 
 def _sse(event: str, data: Any) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data, default=str) + b"\n\n"
 
 
-def stream_response(run: Run) -> StreamingResponse:
-    """The run's events as LangGraph's server-sent events."""
+def stream_response(run: Run, request: Request) -> StreamingResponse:
+    """The run's events as LangGraph's server-sent events; the stream ends within about a
+    second of its credential being revoked (``auth.recheck``)."""
+
+    events = run.follow(tick=RECHECK_SECONDS)  # now: a run that ends before the body is read keeps them
 
     async def body() -> AsyncIterator[bytes]:
-        async for event, data in run.follow():
-            yield _sse(event, to_wire(data))
+        checked = time.monotonic()
+        async for event, data in events:
+            if time.monotonic() - checked >= RECHECK_SECONDS:
+                if await recheck(request) is None:
+                    return
+                checked = time.monotonic()
+            if event:
+                yield _sse(event, to_wire(data))
 
     return StreamingResponse(
         body(),
         media_type="text/event-stream",
-        headers={
-            "Content-Location": f"/threads/{run.thread_id}/runs/{run.run_id}",
-            "Cache-Control": "no-store",
-        },
+        headers={"Content-Location": _location(run), "Cache-Control": "no-store"},
     )
 
 
-async def outcome(run: Run) -> Response:
-    """The run's final values (``runs.wait`` / ``runs.join``), or its error as a problem."""
+def _location(run: Run) -> str:
+    """Where the run is (a header: the ids percent-encoded beyond the charset of ``limits.NEW_ID``)."""
+    return f"/threads/{quote(run.thread_id, safe=':@~+=')}/runs/{quote(run.run_id, safe='')}"
+
+
+async def outcome(run: Run, agent: Agent) -> Response:
+    """The run's final values (``runs.wait`` / ``runs.join``), when it ends.
+
+    The values are those handed to the ``runs.wait`` that started it, else the thread's
+    state read from the store. A run that failed answers as LangGraph's server does, 200
+    with ``{"__error__": {"error": type, "message": ...}}`` (a failing model or tool is not
+    the client's mistake), unless the client's input made it fail: then the problem
+    ``problems.py`` maps that error to (a 422 for input rule 5 refuses, ...). A cancelled
+    run is a 409.
+    """
+    handoff = run.handoff  # taken now: the run lets go of it when it ends
     await run.done.wait()
-    if isinstance(run.error, HandrailError):
-        raise run.error
-    if run.error is not None:
-        raise Problem(500, f"the run failed: {type(run.error).__name__}: {run.error}")
-    if run.status == "interrupted":
+    refusal = run.problem()
+    if refusal is not None:
+        raise refusal
+    if run.failure is not None:
+        body: dict[str, Any] = {"__error__": run.failure}
+    elif run.status == "interrupted":
         raise Problem(409, f"run {run.run_id} was cancelled")
+    elif handoff is not None and handoff.done():
+        body = handoff.result()
+    else:
+        body = await values_of(agent, run.thread_id)
     return Response(
-        orjson.dumps(run.result or {}),
-        media_type="application/json",
-        headers={"Content-Location": f"/threads/{run.thread_id}/runs/{run.run_id}"},
+        orjson.dumps(body), media_type="application/json", headers={"Content-Location": _location(run)}
     )
 
 
 # Endpoints --------------------------------------------------------------------------------------
 @router.post("/threads/{thread_id}/runs")
 async def create_run(
-    thread_id: str, request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    thread_id: ThreadPath, request: Request, payload: RunBody, credential: Credential = Depends(caller)
 ) -> Response:
-    """Start a background run; returns the Run."""
+    """Start a background run; returns the Run once its input is on record, so that the
+    run happens even if this process dies now (a worker takes the thread over)."""
     run = await start_run(_service(request), thread_id, payload, credential)
+    await run.accepted()
     return Response(orjson.dumps(run.as_json()), media_type="application/json")
 
 
 @router.post("/threads/{thread_id}/runs/wait")
 async def wait_run(
-    thread_id: str, request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    thread_id: ThreadPath, request: Request, payload: RunBody, credential: Credential = Depends(caller)
 ) -> Response:
     """Run and return the thread's values when it pauses or ends."""
-    return await outcome(await start_run(_service(request), thread_id, payload, credential))
+    service = _service(request)
+    run = await start_run(service, thread_id, payload, credential, waited=True)
+    return await outcome(run, service.agents[run.assistant_id])
 
 
 @router.post("/runs/wait")
 async def wait_stateless_run(
-    request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    request: Request, payload: RunBody, credential: Credential = Depends(caller)
 ) -> Response:
     """Run on a new thread and return its values."""
-    return await outcome(await start_run(_service(request), None, payload, credential))
+    service = _service(request)
+    run = await start_run(service, None, payload, credential, waited=True)
+    return await outcome(run, service.agents[run.assistant_id])
 
 
 @router.post("/threads/{thread_id}/runs/stream")
 async def stream_run(
-    thread_id: str, request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    thread_id: ThreadPath, request: Request, payload: RunBody, credential: Credential = Depends(caller)
 ) -> StreamingResponse:
     """Run and stream its events (SSE)."""
-    return stream_response(await start_run(_service(request), thread_id, payload, credential, streamed=True))
+    run = await start_run(_service(request), thread_id, payload, credential, streamed=True)
+    return stream_response(run, request)
 
 
 @router.post("/runs/stream")
 async def stream_stateless_run(
-    request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    request: Request, payload: RunBody, credential: Credential = Depends(caller)
 ) -> StreamingResponse:
     """Run on a new thread and stream its events (SSE)."""
-    return stream_response(await start_run(_service(request), None, payload, credential, streamed=True))
+    return stream_response(
+        await start_run(_service(request), None, payload, credential, streamed=True), request
+    )
 
 
 @router.get("/threads/{thread_id}/runs")
-async def list_runs(thread_id: str, request: Request, credential: Credential = Depends(caller)) -> Response:
+async def list_runs(
+    thread_id: ThreadPath, request: Request, credential: Credential = Depends(caller)
+) -> Response:
     """The runs of a thread this process knows, newest first."""
-    runs = [r for r in _registry(_service(request)).runs.values() if r.thread_id == thread_id]
-    runs.sort(key=lambda r: r.created_at, reverse=True)
+    service = _service(request)
+    await service.readable(thread_id, credential)
+    runs = _registry(service).of_thread(thread_id)
     return Response(orjson.dumps([r.as_json() for r in runs]), media_type="application/json")
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
 async def get_run(
-    thread_id: str, run_id: str, request: Request, credential: Credential = Depends(caller)
+    thread_id: ThreadPath, run_id: RunPath, request: Request, credential: Credential = Depends(caller)
 ) -> Response:
     """One run."""
-    run = _registry(_service(request)).get(thread_id, run_id)
+    service = _service(request)
+    await service.readable(thread_id, credential)
+    run = _registry(service).get(thread_id, run_id)
     return Response(orjson.dumps(run.as_json()), media_type="application/json")
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
 async def join_run(
-    thread_id: str, run_id: str, request: Request, credential: Credential = Depends(caller)
+    thread_id: ThreadPath, run_id: RunPath, request: Request, credential: Credential = Depends(caller)
 ) -> Response:
-    """Wait for a run to end; return the thread's values."""
-    return await outcome(_registry(_service(request)).get(thread_id, run_id))
+    """Wait for a run to end; return the thread's values (read from the store)."""
+    service = _service(request)
+    _, agent, _ = await service.readable(thread_id, credential)
+    return await outcome(_registry(service).get(thread_id, run_id), agent)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/stream")
 async def join_stream(
-    thread_id: str, run_id: str, request: Request, credential: Credential = Depends(caller)
+    thread_id: ThreadPath, run_id: RunPath, request: Request, credential: Credential = Depends(caller)
 ) -> StreamingResponse:
-    """Every event of a run, from its start, until it ends (SSE)."""
-    return stream_response(_registry(_service(request)).get(thread_id, run_id))
+    """Every event of a run, from its start, until it ends (SSE); of a run that has ended,
+    its ``metadata`` event and its ``error`` event if it failed (what it made is in the
+    thread's state)."""
+    service = _service(request)
+    await service.readable(thread_id, credential)
+    return stream_response(_registry(service).get(thread_id, run_id), request)
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
 async def cancel_run(
-    thread_id: str,
-    run_id: str,
+    thread_id: ThreadPath,
+    run_id: RunPath,
     request: Request,
     wait: bool = False,
     action: str = "interrupt",
@@ -491,9 +453,13 @@ async def cancel_run(
     """Cancel a run (``action=interrupt``): it stops at once; what it saved stays."""
     if action != "interrupt":
         raise Problem(422, f"cancel action {action!r} is not supported by handrail; supported: 'interrupt'")
-    run = _registry(_service(request)).get(thread_id, run_id)
+    service = _service(request)
+    _, agent, row = await service.owner(thread_id)
+    metadata = await service.metadata_of(thread_id, agent, row)
+    await service.access.check_owner(credential, thread_id, agent, "cancelling a run", metadata)
+    run = _registry(service).get(thread_id, run_id)
     if run.task is not None and not run.done.is_set():
-        run.task.cancel()
+        run.task.cancel(CancelledBy(credential.reviewer, "http"))  # recorded in the log (rule 21)
         if wait:
             await run.done.wait()
     return Response(status_code=202 if not wait else 204)

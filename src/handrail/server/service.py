@@ -33,10 +33,11 @@ import orjson
 
 from handrail.agent import Agent
 from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter
+from handrail.server.access import Access
 from handrail.server.db import ServerDB
 from handrail.server.problems import Problem
 from handrail.server.sessions import SessionStore
-from handrail.server.tokens import TokenStore
+from handrail.server.tokens import Credential, TokenStore
 from handrail.worker import ASSISTANT_KEY, hosted_names
 
 __all__ = ["BOUND_KEYS", "ROW_SECONDS", "UNBOUND", "Located", "Service", "ThreadRow"]
@@ -89,15 +90,18 @@ class Service:
     tokens: TokenStore = field(init=False)
     sessions: SessionStore = field(init=False)
     names: dict[str, str] = field(init=False)
+    access: Access = field(init=False)
     runs: Any = None  # runs.RunRegistry, set by create_app
     live: Any = None  # events.LiveFeed, set by create_app
     worker: Any = None  # handrail.worker.Worker, set by create_app
+    runs_answers: bool = True  # whether this process runs queued threads (``--concurrency 0``: no)
 
     def __post_init__(self) -> None:
         if not self.agents:
             raise ValueError("the service needs at least one agent to serve")
         self.tokens = TokenStore(self.db)
         self.names = hosted_names(self.agents)
+        self.access = Access()
         self._rows: OrderedDict[str, tuple[ThreadRow, float]] = OrderedDict()
         self._bound: OrderedDict[str, str | None] = OrderedDict()  # thread -> key, None: not served here
         self._lock = threading.Lock()  # read on the loop and in worker threads
@@ -179,6 +183,20 @@ class Service:
             raise Problem(404, f"no thread {thread_id!r} is served here")
         return found.assistant, self.agents[found.assistant], found.row
 
+    async def readable(self, thread_id: str, credential: Credential) -> tuple[str, Agent, ThreadRow | None]:
+        """:meth:`owner`, for a caller who may read the thread (``access.py``); a 403 otherwise."""
+        assistant, agent, row = await self.owner(thread_id)
+        await self.access.check_read(credential, thread_id, agent, row.metadata if row is not None else None)
+        return assistant, agent, row
+
+    async def metadata_of(self, thread_id: str, agent: Agent, row: ThreadRow | None) -> dict[str, Any]:
+        """The thread's metadata: its log's, or its service row's while it has no log."""
+        store = agent.checkpointer
+        record = await store.aget_thread(thread_id) if store is not None else None
+        if record is not None:
+            return dict(record.metadata)
+        return dict(row.metadata) if row is not None else {}
+
     def check_binding(self, thread_id: str, owner: str, sources: Sequence[tuple[str, Any]]) -> list[str]:
         """Refuse a request that names another agent than the thread's own (SPEC rule 21).
 
@@ -208,6 +226,7 @@ class Service:
 
     def forget(self, thread_id: str) -> None:
         """Forget what this process remembers of a thread (it was deleted)."""
+        self.access.forget(thread_id)
         with self._lock:
             self._bound.pop(thread_id, None)
             self._rows.pop(thread_id, None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,16 +20,26 @@ from starlette.responses import Response
 
 from handrail.agent import Agent
 from handrail.checkpoint.base import ThreadRecord
+from handrail.server.access import OWNER_KEY, claim_owner, require
 from handrail.server.auth import caller
+from handrail.server.bodies import (
+    AssistantSearch,
+    CheckpointPath,
+    HistoryBody,
+    ThreadCreate,
+    ThreadPath,
+    ThreadSearch,
+)
+from handrail.server.limits import GuardedRoute
 from handrail.server.problems import Problem
-from handrail.server.runs import RunRegistry
+from handrail.server.registry import RunRegistry
 from handrail.server.service import UNBOUND, Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import state_of, to_wire
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["threads"])
+router = APIRouter(tags=["threads"], route_class=GuardedRoute)
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC).isoformat()
 
 
@@ -42,17 +51,6 @@ def _service(request: Request) -> Service:
     service = request.app.state.service
     assert isinstance(service, Service)
     return service
-
-
-def _object(payload: Any, allowed: set[str], what: str) -> Mapping[str, Any]:
-    if payload is None:
-        return {}
-    if not isinstance(payload, Mapping):
-        raise Problem(400, f"the {what} body must be a JSON object")
-    unsupported = sorted(set(payload) - allowed)
-    if unsupported:
-        raise Problem(422, f"{what} field(s) {unsupported} are not supported by handrail")
-    return payload
 
 
 def _assistant(name: str, agent: Agent) -> dict[str, Any]:
@@ -72,19 +70,18 @@ def _assistant(name: str, agent: Agent) -> dict[str, Any]:
 
 @router.post("/assistants/search")
 async def search_assistants(
-    request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    request: Request, payload: AssistantSearch | None = Body(None), credential: Credential = Depends(caller)
 ) -> Response:
     """The served agents, as assistants."""
-    allowed = {"graph_id", "name", "metadata", "limit", "offset", "sort_by", "sort_order", "select"}
-    query = _object(payload, allowed, "assistants search")
+    query = payload or AssistantSearch()
+    query.refuse_extra("assistants search")
     service = _service(request)
     found = [
         _assistant(name, agent)
         for name, agent in service.agents.items()
-        if query.get("graph_id") in (None, name) and query.get("name") in (None, name)
+        if query.graph_id in (None, name) and query.name in (None, name)
     ]
-    offset, limit = int(query.get("offset") or 0), int(query.get("limit") or 10)
-    return _json(found[offset : offset + limit])
+    return _json(found[query.offset : query.offset + query.limit])
 
 
 @router.get("/assistants/{assistant_id}")
@@ -136,17 +133,17 @@ async def _thread_json(
 
 @router.post("/threads")
 async def create_thread(
-    request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    request: Request, payload: ThreadCreate | None = Body(None), credential: Credential = Depends(caller)
 ) -> Response:
-    """Create a thread (``metadata.graph_id`` or ``assistant_id`` names its agent)."""
-    body = _object(payload, {"thread_id", "metadata", "if_exists"}, "thread create")
+    """Create a thread (``metadata.graph_id`` or ``assistant_id`` names its agent); the
+    caller is recorded as its owner (``run`` scope). A ``thread_id`` the client names is
+    letters, digits and ``. _ : @ ~ + = -`` (see ``limits.py``)."""
+    body = payload or ThreadCreate()
+    body.refuse_extra("thread create")
     service = _service(request)
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise Problem(422, "'metadata' must be an object")
-    thread_id = body.get("thread_id") or str(uuid.uuid4())
-    if not isinstance(thread_id, str):
-        raise Problem(422, "'thread_id' must be a string")
+    require(credential, "run", "creating a thread")
+    metadata = claim_owner(credential, body.metadata or {}, "'metadata'")
+    thread_id = body.thread_id or str(uuid.uuid4())
     # named, or left for the thread's first run to choose (as LangGraph's server does)
     named: set[str] = set()
     for key in ("graph_id", "assistant_id"):
@@ -160,11 +157,12 @@ async def create_thread(
     if len(named) > 1:
         raise Problem(422, f"'metadata' names two assistants {sorted(named)}; a thread belongs to one")
     assistant = named.pop() if named else UNBOUND
-    if body.get("if_exists") not in (None, "raise", "do_nothing"):
-        raise Problem(422, f"if_exists={body['if_exists']!r} is not supported; use 'raise' or 'do_nothing'")
+    if body.if_exists not in (None, "raise", "do_nothing"):
+        raise Problem(422, f"if_exists={body.if_exists!r:.100} is not supported; use 'raise' or 'do_nothing'")
     found = await service.locate(thread_id)
     if found.logged or found.row is not None:
-        if body.get("if_exists") == "do_nothing":
+        if body.if_exists == "do_nothing":
+            await service.readable(thread_id, credential)
             return _json(await _thread_json(service, thread_id))
         raise Problem(409, f"thread {thread_id!r} exists already")
     await asyncio.to_thread(service.add_thread, thread_id, assistant, dict(metadata))
@@ -172,78 +170,94 @@ async def create_thread(
 
 
 @router.get("/threads/{thread_id}")
-async def get_thread(thread_id: str, request: Request, credential: Credential = Depends(caller)) -> Response:
+async def get_thread(
+    thread_id: ThreadPath, request: Request, credential: Credential = Depends(caller)
+) -> Response:
     """One thread, with its values and pending interrupts."""
-    return _json(await _thread_json(_service(request), thread_id))
+    service = _service(request)
+    await service.readable(thread_id, credential)
+    return _json(await _thread_json(service, thread_id))
 
 
 @router.post("/threads/search")
 async def search_threads(
-    request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    request: Request, payload: ThreadSearch | None = Body(None), credential: Credential = Depends(caller)
 ) -> Response:
     """Threads by metadata and status (``idle``, ``busy``, ``interrupted``), newest update first."""
-    allowed = {"metadata", "status", "limit", "offset", "values", "ids", "sort_by", "sort_order"}
-    body = _object(payload, allowed, "threads search")
+    body = payload or ThreadSearch()
+    body.refuse_extra("threads search")
     for name in ("values", "ids"):
-        if body.get(name):
+        if getattr(body, name):
             raise Problem(422, f"threads search by {name!r} is not supported by handrail")
-    if body.get("sort_by") not in (None, "updated_at") or body.get("sort_order") not in (None, "desc"):
+    if body.sort_by not in (None, "updated_at") or body.sort_order not in (None, "desc"):
         raise Problem(422, "threads search sorts by updated_at, newest first, only")
-    status = body.get("status")
+    status = body.status
     if status not in (None, "idle", "busy", "interrupted"):
-        raise Problem(422, f"status {status!r} is not supported; use 'idle', 'busy' or 'interrupted'")
-    limit, offset = body.get("limit", 10), body.get("offset", 0)
-    if not isinstance(limit, int) or not 1 <= limit <= 1000 or not isinstance(offset, int) or offset < 0:
-        raise Problem(422, "'limit' must be 1 to 1000 and 'offset' a non-negative integer")
-    metadata = body.get("metadata")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise Problem(422, "'metadata' must be an object")
+        raise Problem(422, f"status {status!r:.100} is not supported; use 'idle', 'busy' or 'interrupted'")
+    limit, offset, metadata = body.limit, body.offset, body.metadata
     service = _service(request)
     agent = service.agents[service.default_assistant]
-    store_status = {"busy": "running"}.get(status, status) if status else None
+    store_status: Any = {"busy": "running"}.get(status, status) if status else None
+    if not credential.has("review") and not credential.has("admin"):  # rule A5: only its own threads
+        metadata = {**(metadata or {}), OWNER_KEY: credential.name}
     records = await agent.alist_threads(
         metadata=metadata, status=store_status, limit=limit, offset=offset, owners=service.owners()
     )
+    if not credential.has("admin"):
+        readable = await asyncio.gather(*(_may_read(service, credential, r) for r in records))
+        records = [r for r, ok in zip(records, readable, strict=True) if ok]
     # the threads of a page are read at once, not one after another
     return _json(list(await asyncio.gather(*(_thread_json(service, r.thread_id, r) for r in records))))
 
 
+async def _may_read(service: Service, credential: Credential, record: ThreadRecord) -> bool:
+    key = service.owner_of(record.metadata)
+    if key is None:
+        return False
+    return await service.access.may_read(credential, record.thread_id, service.agents[key], record.metadata)
+
+
 @router.get("/threads/{thread_id}/state")
-async def get_state(thread_id: str, request: Request, credential: Credential = Depends(caller)) -> Response:
+async def get_state(
+    thread_id: ThreadPath, request: Request, credential: Credential = Depends(caller)
+) -> Response:
     """The thread's state now (a ThreadState)."""
-    _, agent, _ = await _service(request).owner(thread_id)
+    _, agent, _ = await _service(request).readable(thread_id, credential)
     return _json(state_of(thread_id, await agent.aget_state({"configurable": {"thread_id": thread_id}})))
 
 
 @router.get("/threads/{thread_id}/state/{checkpoint_id}")
 async def get_state_at(
-    thread_id: str, checkpoint_id: str, request: Request, credential: Credential = Depends(caller)
+    thread_id: ThreadPath,
+    checkpoint_id: CheckpointPath,
+    request: Request,
+    credential: Credential = Depends(caller),
 ) -> Response:
     """The thread's state at one checkpoint."""
-    _, agent, _ = await _service(request).owner(thread_id)
+    _, agent, _ = await _service(request).readable(thread_id, credential)
     config = {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}
     return _json(state_of(thread_id, await agent.aget_state(config)))  # type: ignore[arg-type]
 
 
 @router.post("/threads/{thread_id}/history")
 async def history(
-    thread_id: str, request: Request, payload: Any = Body(None), credential: Credential = Depends(caller)
+    thread_id: ThreadPath,
+    request: Request,
+    payload: HistoryBody | None = Body(None),
+    credential: Credential = Depends(caller),
 ) -> Response:
     """The thread's checkpoints, newest first."""
-    body = _object(payload, {"limit", "before", "metadata", "checkpoint"}, "history")
-    limit = body.get("limit", 10)
-    if not isinstance(limit, int) or not 1 <= limit <= 1000:
-        raise Problem(422, "'limit' must be an integer from 1 to 1000")
-    if body.get("metadata") or body.get("checkpoint"):
+    body = payload or HistoryBody()
+    body.refuse_extra("history")
+    limit = body.limit
+    if body.metadata or body.checkpoint:
         raise Problem(422, "history by 'metadata' or 'checkpoint' is not supported by handrail")
-    before = body.get("before")
+    before = body.before
     before_config = None
     if before is not None:
-        checkpoint_id = before.get("checkpoint_id") if isinstance(before, Mapping) else before
-        if not isinstance(checkpoint_id, str):
-            raise Problem(422, "'before' must be a checkpoint id or {'checkpoint_id': ...}")
+        checkpoint_id = before if isinstance(before, str) else before.checkpoint_id
         before_config = {"configurable": {"thread_id": thread_id, "checkpoint_id": checkpoint_id}}
-    _, agent, _ = await _service(request).owner(thread_id)
+    _, agent, _ = await _service(request).readable(thread_id, credential)
     states = [
         state_of(thread_id, snapshot)
         async for snapshot in agent.aget_state_history(
@@ -257,11 +271,12 @@ async def history(
 
 @router.delete("/threads/{thread_id}")
 async def delete_thread(
-    thread_id: str, request: Request, credential: Credential = Depends(caller)
+    thread_id: ThreadPath, request: Request, credential: Credential = Depends(caller)
 ) -> Response:
-    """Delete a thread and its whole log."""
+    """Delete a thread and its whole log (``admin`` scope)."""
     service = _service(request)
+    require(credential, "admin", "deleting a thread")
     _, agent, _ = await service.owner(thread_id, fresh=True)
-    await agent.adelete_thread(thread_id)
+    await agent.adelete_thread(thread_id, by=credential.reviewer)  # a record of who, when, what (rule 21)
     await asyncio.to_thread(service.drop_thread, thread_id)
     return Response(status_code=204)

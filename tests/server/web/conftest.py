@@ -103,7 +103,7 @@ class Web:
                 else ServerDB.open(db_path=self.db_path)
             )
             try:
-                self.tokens[name] = TokenStore(db).create(name, list(roles))[1]
+                self.tokens[name] = TokenStore(db).create(name, list(roles), ["run", "review"])[1]
             finally:
                 db.close()
         return self.tokens[name]

@@ -63,7 +63,7 @@ class Site:
         return found
 
     def token(self, name: str, *roles: str) -> str:
-        return str(self.service.tokens.create(name, list(roles))[1])
+        return str(self.service.tokens.create(name, list(roles), ["run", "review"])[1])
 
     async def signed_in(self, token: str, base: str | None = None) -> httpx.AsyncClient:
         client = self.client(base)
@@ -437,8 +437,10 @@ async def test_a_reviewer_without_the_role_is_refused_everywhere_and_sees_nothin
     )
     assert "You may not decide this review" in bulk.text and "Approved 0 of 1" in bulk.text
     assert await site.answers(thread) == []
+    # a thread with no review carol may decide and no answer of hers is not hers to read (issue 23)
     thread_page = await client.get(f"/inbox/threads/{thread}")
-    assert thread_page.status_code == 200 and "waits for a reviewer with role support" in thread_page.text
+    assert thread_page.status_code == 403 and "text/html" in thread_page.headers["content-type"]
+    assert "refund" not in thread_page.text
 
 
 async def test_unknown_reviews_and_threads_are_plain_not_found_pages(site: Site) -> None:

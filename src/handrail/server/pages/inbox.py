@@ -25,6 +25,7 @@ from starlette.datastructures import QueryParams
 from starlette.responses import Response
 
 from handrail.errors import InvalidInputError
+from handrail.server.access import require
 from handrail.server.pages.lookup import live_end
 from handrail.server.pages.markup import json_text, summary
 from handrail.server.pages.render import html, path_part, render, service_of, visitor
@@ -254,6 +255,7 @@ async def inbox(request: Request) -> Response:
 async def inbox_row(request: Request) -> Response:
     """One review's row for a live page (204 when it is not for this reviewer or filter)."""
     me = visitor(request)
+    require(me.credential, "review", "the inbox")
     service = service_of(request)
     filters = Filters.of(request.query_params, service)
     thread_id, interrupt_id = request.query_params.get("thread"), request.query_params.get("interrupt")

@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from handrail.errors import AlreadyAnsweredError, InvalidDecisionError
+from handrail.server.access import require
 from handrail.server.pages.forms import FieldSpec, build_fields, read_fields
 from handrail.server.pages.lookup import ReviewAt, find_review, live_end, outcome_after, refused, running_here
 from handrail.server.pages.render import (
@@ -58,6 +59,7 @@ def review_url(thread_id: str, interrupt_id: str) -> str:
 
 async def _readable(request: Request, thread_id: str, interrupt_id: str) -> tuple[Visitor, ReviewAt]:
     me = visitor(request)
+    require(me.credential, "review", "a review page")
     review = await find_review(service_of(request), thread_id, interrupt_id)
     if review.status == "unknown":
         raise Problem(404, f"Thread {thread_id!r} has no review {interrupt_id!r}.")

@@ -75,7 +75,7 @@ async def thread_page(request: Request, thread_id: str) -> Response:
     """One thread: conversation, pending reviews, audit trail."""
     me = visitor(request)
     service = service_of(request)
-    assistant, agent, row = await service.owner(thread_id)
+    assistant, agent, row = await service.readable(thread_id, me.credential)
     config: Any = {"configurable": {"thread_id": thread_id}}
     state = await agent.aget_state(config)
     trail = await agent.aget_audit_trail(config)
@@ -114,8 +114,8 @@ async def thread_page(request: Request, thread_id: str) -> Response:
 @html
 async def audit_download(request: Request, thread_id: str) -> Response:
     """The thread's audit trail as CSV (the JSON API's columns), as a download."""
-    visitor(request)
-    _, agent, _ = await service_of(request).owner(thread_id)
+    me = visitor(request)
+    _, agent, _ = await service_of(request).readable(thread_id, me.credential)
     entries = await agent.aget_audit_trail({"configurable": {"thread_id": thread_id}})
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in thread_id)[:80] or "thread"
     response = Response(
