@@ -217,6 +217,25 @@ def test_scripted_model_answers_in_order_and_records_calls() -> None:
         model.invoke([])
 
 
+def test_scripted_model_per_conversation_plays_the_script_from_the_start_in_each_conversation() -> None:
+    """Issue 25 item 10: one model serving many threads gives each conversation the next
+    reply of its own, counted from the model messages it already holds."""
+    model = ScriptedModel(
+        [{"content": "", "tool_calls": [{"name": "t", "args": {}}]}, {"content": "Done."}],
+        per_conversation=True,
+    )
+    for _ in range(3):  # three conversations, interleaved as a service's threads are
+        first = model.invoke([HumanMessage("go")])
+        assert first.tool_calls and first.tool_calls[0]["name"] == "t"
+    later = [HumanMessage("go"), first, ToolMessage("ok", tool_call_id=first.tool_calls[0]["id"])]
+    assert model.invoke(later).content == "Done."
+    assert model.remaining == 2
+    with pytest.raises(ScriptExhaustedError, match="already holds 2 model replies and the script has 2"):
+        model.invoke([*later, AIMessage("Done.")])
+    shared = ScriptedModel([{"content": "a"}, {"content": "b"}])
+    assert [shared.invoke([HumanMessage("go")]).content for _ in range(2)] == ["a", "b"]
+
+
 def test_scripted_model_streams_token_by_token() -> None:
     model = ScriptedModel(
         [{"content": "one two three", "tool_calls": [{"name": "t", "args": {"x": 1}, "id": "c"}]}]

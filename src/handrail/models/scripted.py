@@ -33,6 +33,15 @@ class ScriptedModel(ChatModel):
     :class:`ScriptExhaustedError`. ``.calls`` records every call's input messages.
     In ``"messages"`` stream mode the content arrives token by token.
 
+    By default the script is one sequence shared by every call, whatever the thread: the
+    right thing for a test that runs one conversation. With ``per_conversation=True``
+    each conversation plays the script from its start: the reply to a call is the item
+    whose position is the number of model (AI) messages the conversation already holds.
+    Use it when one model object serves many threads (``handrail serve``, workers in
+    other processes): the position comes from the conversation itself, so a thread
+    resumed in another process, or ten threads at once, each get the next reply of
+    their own.
+
     Example::
 
         model = ScriptedModel([
@@ -44,7 +53,7 @@ class ScriptedModel(ChatModel):
     provider = "scripted"
     model_name = "scripted"
 
-    def __init__(self, responses: Sequence[Response] = ()) -> None:
+    def __init__(self, responses: Sequence[Response] = (), *, per_conversation: bool = False) -> None:
         if isinstance(responses, (str, bytes, Mapping)) or not isinstance(responses, Sequence):
             raise TypeError("ScriptedModel takes a list of responses (AIMessage, dict or callable)")
         for i, item in enumerate(responses):
@@ -54,22 +63,32 @@ class ScriptedModel(ChatModel):
                     f"got {type(item).__name__}"
                 )
         self.responses: list[Response] = list(responses)
+        self.per_conversation = bool(per_conversation)
         self.calls: list[list[BaseMessage]] = []
         self._lock = threading.Lock()
 
     @property
     def remaining(self) -> int:
-        """How many responses are left in the script."""
-        return len(self.responses) - len(self.calls)
+        """How many responses are left in the script (with ``per_conversation``: in a new
+        conversation, so the script's length)."""
+        return len(self.responses) - (0 if self.per_conversation else len(self.calls))
 
     def _next(self, messages: Sequence[BaseMessage]) -> AIMessage:
         with self._lock:
-            position = len(self.calls)
-            if position >= len(self.responses):
-                raise ScriptExhaustedError(
-                    f"ScriptedModel ran out of responses: this is call {position + 1} but the "
-                    f"script has {len(self.responses)}"
-                )
+            if self.per_conversation:
+                position = sum(1 for m in messages if isinstance(m, AIMessage))
+                if position >= len(self.responses):
+                    raise ScriptExhaustedError(
+                        f"ScriptedModel ran out of responses: this conversation already holds "
+                        f"{position} model replies and the script has {len(self.responses)}"
+                    )
+            else:
+                position = len(self.calls)
+                if position >= len(self.responses):
+                    raise ScriptExhaustedError(
+                        f"ScriptedModel ran out of responses: this is call {position + 1} but the "
+                        f"script has {len(self.responses)}"
+                    )
             self.calls.append(list(messages))
             item = self.responses[position]
         if callable(item) and not isinstance(item, (AIMessage, Mapping)):
