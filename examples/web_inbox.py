@@ -2,12 +2,12 @@
 
 From the repository's folder (after ``make install``)::
 
-    .venv/bin/handrail tokens create --name alice --role support --role dba --scope run --scope review
-    .venv/bin/handrail serve examples.web_inbox:agent                        # http://127.0.0.1:8000/inbox
+    .venv/bin/handrail tokens create --db inbox.db --name alice --role support --role dba --scope run --scope review
+    .venv/bin/handrail serve examples.web_inbox:agent --db inbox.db          # http://127.0.0.1:8000/inbox
     .venv/bin/python examples/web_inbox.py --token hr_...                    # conversations that pause
 
 Then open http://127.0.0.1:8000/inbox and sign in with the token (or with the one-time
-link ``.venv/bin/handrail tokens link alice`` prints). The model is scripted: no API key.
+link ``.venv/bin/handrail tokens link alice --db inbox.db`` prints). The model is scripted: no API key.
 Refunds and emails are reviewed by role ``support`` (every decision), SQL by ``dba``
 (approve or reject).
 """

@@ -144,3 +144,19 @@ def test_the_readme_names_every_dependency_of_the_core() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     sentence = readme.partition("The core needs only")[2].partition(".")[0]
     assert sentence and all(f"`{name}`" in sentence for name in names), (names, sentence)
+
+
+# 14. The README's recipes: the web inbox's own store, and no promise of "a few seconds" -----------
+def test_the_readme_web_inbox_recipe_keeps_a_store_apart_from_the_demos() -> None:
+    """Issue 25 item 11: following the demo and then the web-inbox recipe in one folder
+    must not mix both into ./handrail.db: every command of the recipe names its own."""
+    readme = (ROOT / "README.md").read_text()
+    for page in (readme, (ROOT / "docs" / "service.md").read_text()):
+        commands = [
+            line
+            for line in page.splitlines()
+            if re.match(r"\.venv/bin/handrail (tokens create|serve) ", line)
+        ]
+        recipe = [c for c in commands if "examples.web_inbox" in c or "--role support" in c]
+        assert len(recipe) >= 2 and all("--db inbox.db" in c for c in recipe), recipe
+    assert "a few seconds" not in readme  # the first make demo installs the core: up to a minute
