@@ -122,7 +122,16 @@ class AuditEntry:
       credential), ``channel`` how it arrived (``"python"``, ``"http"``, ``"cli"``; None
       for answers saved before channels were recorded);
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit),
-      ``proposed`` is the call as the model proposed it;
+      ``proposed`` is the call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run that ran it and its process
+      (``host:pid``; None for runs saved before processes were named). ``kind`` is
+      ``"planned"`` when the log holds only the step's plan for the call, saved before
+      any call of the step acted, and no start of its own: its run died in it (a
+      ``"run_abandoned"`` entry follows once another run found it dead) or is running it
+      now; ``at`` is then the time of the plan;
+    * ``"run_abandoned"`` - a run died with a call unfinished and another run took the
+      thread over, asking about the call (the ``"review_requested"`` of kind
+      ``"outcome_unknown"`` that follows, SPEC rule 9): ``value`` is ``{"run_id",
+      "worker", "taken_over_by": {"run_id", "worker"}}``;
     * ``"tool_finished"`` - ``result`` is the ToolMessage the call ended with;
     * ``"run_failed"`` - a run stopped on an error after it had saved some of its work:
       ``value`` is ``{"run_id", "error"}``;
@@ -157,6 +166,7 @@ class AuditEntry:
         "forked",
         "run_cancelled",
         "thread_deleted",
+        "run_abandoned",
     ]
     interrupt_id: str | None = None
     kind: str | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -182,6 +183,7 @@ def _killed_in_tool(
     assert report["killed"] and report["notes"] == ["in_tool"], report
     assert log_lines(log) == ["t1"]
     dead(saver, "t1")
+    here.killed_pid = report["pid"]  # type: ignore[attr-defined]
     return here, saver
 
 
@@ -221,6 +223,40 @@ def test_a_tool_killed_mid_run_comes_back_as_outcome_unknown(
     assert tool_message.tool_call_id == unknown.value["tool_call_id"]
     assert content in str(tool_message.content) and tool_message.status == status
     assert log_lines(log) == ["t1"] * runs
+
+
+def test_the_audit_of_a_tool_killed_mid_run_tells_its_start_the_death_and_the_takeover(
+    forks: ForkServer, durable_location: Location, tmp_path: Path
+) -> None:
+    """Issue 25 item 4: the trail says the call started (by which run, in which process,
+    when), that its run died and who took over, then the outcome_unknown review."""
+    log = tmp_path / "tool.log"
+    here, _ = _killed_in_tool(forks, durable_location, log, "sync")
+    killed_pid = here.killed_pid  # type: ignore[attr-defined]
+    taker = build_agent(durable_location.saver(), log)
+    (unknown,) = taker.invoke(None, config("t1"))["__interrupt__"]
+    trail = taker.get_audit_trail(config("t1"))
+    events = [entry.event for entry in trail]
+    assert events[-4:] == ["answered", "tool_started", "run_abandoned", "review_requested"], events
+    started, abandoned, asked = trail[-3:]
+    assert started.tool == "write_file" and started.args == {"path": "t1"}
+    assert started.tool_call_id == unknown.value["tool_call_id"] and started.kind == "planned"
+    dead_run = started.value["run_id"]
+    assert dead_run and started.value["worker"].endswith(f":{killed_pid}")
+    assert trail[-4].at <= started.at <= abandoned.at
+    assert abandoned.value["run_id"] == dead_run
+    assert abandoned.value["worker"] == started.value["worker"]
+    took_over = abandoned.value["taken_over_by"]
+    assert took_over["run_id"] not in (None, dead_run)
+    assert took_over["worker"].endswith(f":{os.getpid()}")
+    assert (asked.kind, asked.interrupt_id) == ("outcome_unknown", unknown.id)
+
+    # answered and run again, the call's new start names the run that ran it
+    taker.invoke(Command(resume={unknown.id: {"type": "approve"}}), config("t1"))
+    trail = taker.get_audit_trail(config("t1"))
+    (again,) = [e for e in trail if e.event == "tool_started" and e.kind is None]
+    assert again.value["worker"].endswith(f":{os.getpid()}") and again.value["run_id"] != dead_run
+    assert [e.event for e in trail].count("run_abandoned") == 1
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -11,9 +11,12 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
                   ``{"values", "next", "as_node", "supersede", "by"?, "channel"?}``
 ``interrupt``     a task paused: ``{"id", "step", "value", "task"?, "index"?, "kind"?,
                   "source"?}`` (task defaults to the step, index to 0, kind to
-                  ``"interrupt"``)
+                  ``"interrupt"``); an ``outcome_unknown`` one also names the run that
+                  died and the run and process that took over: ``"abandoned"``,
+                  ``"run_id"``, ``"worker"`` (``recovery.py``)
 ``resume``        answers arrived: ``{"answers": {interrupt_id: value}, "reviewer"}``
-``tools_planned`` a tools step is about to run these calls: ``{"calls", "run_id"}``; saved
+``tools_planned`` a tools step is about to run these calls: ``{"calls", "run_id",
+                  "worker"?}`` (``worker``: the process, ``host:pid``); saved
                   before any of them can act, so a call of a run that died before its
                   result was saved is never run again silently (rule 9)
 ``tool_started``  a tool began to run: ``{"task", "name", "args"?, "run_id",
@@ -91,7 +94,17 @@ EVENT_KINDS = frozenset(
 )
 CHECKPOINT_KINDS = frozenset({"input", "step", "update", "branch", "snapshot"})
 AUDIT_KINDS = frozenset(
-    {"input", "update", "branch", "interrupt", "resume", "tool_started", "tool_finished", "failed"}
+    {
+        "input",
+        "update",
+        "branch",
+        "interrupt",
+        "resume",
+        "tools_planned",
+        "tool_started",
+        "tool_finished",
+        "failed",
+    }
 )
 """The events pruning keeps: who changed the thread (input, updates, forks: rule 21), every
 review request, answer and tool run."""

@@ -16,7 +16,7 @@ from handrail.context import PauseSignal, Runtime, TaskContext, ToolRuntime, cur
 from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
-from handrail.runtime import rules
+from handrail.runtime import recovery, rules
 from handrail.runtime.compat import recursion_limit, stream_metadata
 from handrail.runtime.effects import (
     CallHook,
@@ -414,9 +414,9 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
         tasks.append(_tool_task(env, call_request, task, outcome))
         planned.append(call_id)
     if tasks:
-        # Rule 9 in one commit for the whole step: every call that may start is on record
-        # before any of them can act; each one's own start and result are saved after it.
-        yield Persist([Event("tools_planned", {"calls": planned, "run_id": env.run_id})], flush=True)
+        # Rule 9 in one commit: every call that may start is on record before any acts
+        by = {"run_id": env.run_id, "worker": recovery.worker_name()}  # which run, in which process
+        yield Persist([Event("tools_planned", {"calls": planned, **by})], flush=True)
         yield RunTasks(tasks)
     if fold.pending or any(call_id not in fold.task_results for call_id in order):
         return  # waits for answers, or an answer recorded meanwhile made a call due: the loop goes on

@@ -13,17 +13,16 @@ checkpoint kept becomes a ``snapshot`` event holding the state at that point.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
 
 from handrail.checkpoint.base import DeletionRecord, ThreadFilter, ThreadRead
 from handrail.checkpoint.integrity import GENESIS, head_mismatch, is_sealed
 from handrail.errors import InvalidInputError, SerializationError, short_repr, stored_time
-from handrail.messages import AIMessage, BaseMessage, ToolMessage
+from handrail.runtime.audit import TrailReader
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode_event
-from handrail.runtime.fold import checkpoint_id_of
 from handrail.runtime.reading import anchors_of, checked_log, checked_read, fold_events, start_of
 from handrail.types import AuditEntry, AuditVerification
 
@@ -104,14 +103,14 @@ def audit_trail(env: Env) -> Gen:
     read = yield StoreCall("read", (env.thread_id,), {})
     events, _ = checked_read(env.thread_id, read)
     try:
-        proposed = _proposed_calls(events)
+        reader = TrailReader(env.thread_id, events)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise _damaged(env.thread_id, None, exc) from None
     entries: list[AuditEntry] = []
     for event in events:
         if event.kind in AUDIT_KINDS:
             try:
-                entries.extend(_entries(env.thread_id, event, proposed))
+                entries.extend(reader.entries(event))
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise _damaged(env.thread_id, event, exc) from None
     return entries
@@ -247,118 +246,3 @@ def verification_of(thread_id: str, read: ThreadRead, *, expect_head: str | None
         if mismatch is not None:
             return replace(found, ok=False, first_bad=mismatch.seq, reason=mismatch.reason)
     return found
-
-
-_CHANGES = frozenset({"input", "update", "branch"})
-
-
-def _change(thread_id: str, event: Event, at: Any) -> AuditEntry:
-    """The audit entry of a change to the thread: who made it, and what (rule 21)."""
-    data = event.data
-    kind = None
-    if event.kind == "input":
-        name, value = "input", data.get("metadata") or None
-    elif event.kind == "update":
-        name, value, kind = "state_updated", {"keys": sorted(data["values"])}, data.get("as_node")
-    else:
-        name, value = "forked", {"from_checkpoint": checkpoint_id_of(int(data["from_seq"]))}
-    return AuditEntry(
-        thread_id=thread_id,
-        seq=event.seq,
-        at=at,
-        event=name,  # type: ignore[arg-type]
-        value=value,
-        kind=kind,
-        by=data.get("by"),
-        channel=data.get("channel"),
-    )
-
-
-def _proposed_calls(events: Iterable[Event]) -> dict[str, dict[str, Any]]:
-    """Every tool call the model proposed, by id (a start event omits unchanged args)."""
-    calls: dict[str, dict[str, Any]] = {}
-    for event in events:
-        messages: Any = ()
-        if event.kind == "snapshot":
-            messages = event.data["state"].get("values", {}).get("messages", ())
-        elif isinstance(event.data.get("values"), dict):
-            messages = event.data["values"].get("messages", ())
-        for message in messages:
-            if isinstance(message, AIMessage):
-                for call in message.tool_calls:
-                    if call.get("id"):
-                        calls[str(call["id"])] = dict(call)
-    return calls
-
-
-def _entries(thread_id: str, event: Event, proposed: dict[str, dict[str, Any]]) -> list[AuditEntry]:
-    at = stored_time(event.created_at, thread_id, f"record {event.seq}", event.seq)
-    data = event.data
-    if event.kind == "interrupt":
-        return [
-            AuditEntry(
-                thread_id=thread_id,
-                seq=event.seq,
-                at=at,
-                event="review_requested",
-                interrupt_id=data["id"],
-                value=data["value"],
-                kind=data.get("kind", "interrupt"),
-            )
-        ]
-    if event.kind == "resume":
-        return [
-            AuditEntry(
-                thread_id=thread_id,
-                seq=event.seq,
-                at=at,
-                event="answered",
-                interrupt_id=interrupt_id,
-                value=answer,
-                reviewer=data.get("reviewer"),
-                channel=data.get("channel"),
-            )
-            for interrupt_id, answer in data["answers"].items()
-        ]
-    if event.kind == "tool_started":
-        call = proposed.get(data["task"], {})
-        return [
-            AuditEntry(
-                thread_id=thread_id,
-                seq=event.seq,
-                at=at,
-                event="tool_started",
-                tool_call_id=data["task"],
-                tool=data["name"],
-                args=data["args"] if "args" in data else call.get("args"),
-                proposed=call or None,
-            )
-        ]
-    if event.kind in _CHANGES:
-        return [_change(thread_id, event, at)]
-    if event.kind == "failed":
-        return [
-            AuditEntry(
-                thread_id=thread_id,
-                seq=event.seq,
-                at=at,
-                event="run_cancelled" if data.get("cancelled") else "run_failed",
-                value={"run_id": data.get("run_id"), "error": data["error"]},
-                by=data.get("by"),
-                channel=data.get("channel"),
-            )
-        ]
-    message: BaseMessage = data["message"]
-    if not isinstance(message, ToolMessage):
-        raise TypeError("a tool_finished event must hold a ToolMessage")
-    return [
-        AuditEntry(
-            thread_id=thread_id,
-            seq=event.seq,
-            at=at,
-            event="tool_finished",
-            tool_call_id=getattr(message, "tool_call_id", None),
-            tool=message.name,
-            result=message,
-        )
-    ]

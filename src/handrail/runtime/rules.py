@@ -36,7 +36,7 @@ Rule 8 - One writer per thread: every append names the head it expects, and the 
     answered is refused the same way (:func:`target_answers`).
 Rule 9 - A tool call that started and never finished, whose run is no longer alive,
     is not run again silently: it becomes an ``outcome_unknown`` interrupt
-    (:func:`unfinished_tool_interrupts`), unless its tool is idempotent, in which case
+    (``recovery.py``: :func:`unfinished_tool_interrupts`), unless its tool is idempotent, in which case
     the tools step simply runs it again (under the answer its start used); what its
     answer does is the gate's (``handrail.review.call_outcome``). A tools step saves the calls it is about to
     run (``tools_planned``) in one commit before any of them acts, so a call that was
@@ -62,7 +62,6 @@ Rule 21 - The agent a thread belongs to (its ``assistant_id`` / ``graph_id`` met
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import re
@@ -83,6 +82,7 @@ from handrail.middleware.types import ResumeContext
 from handrail.review import OUTCOME_DECISIONS, authorize, check_answer, check_outcome_decision
 from handrail.runtime.events import Event
 from handrail.runtime.fold import BOUND_METADATA, InterruptRecord, StartedTool, ThreadFold, pending_tool_calls
+from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.types import Command, Interrupt
 
 if TYPE_CHECKING:
@@ -110,72 +110,6 @@ def new_interrupt_id() -> str:
 def looks_like_interrupt_id(key: Any) -> bool:
     """Whether ``key`` has the shape of an interrupt id."""
     return isinstance(key, str) and bool(_ID_RE.match(key))
-
-
-def _outcome_unknown_id(thread_id: str, started: StartedTool) -> str:
-    # Derived, not random: get_state shows the same id before and after it is saved. The
-    # call's id is part of it: every call planned in one step shares its start record.
-    key = f"{thread_id}\x00outcome_unknown\x00{started.seq}\x00{started.task}"
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def _already_asked(fold: ThreadFold, started: StartedTool) -> bool:
-    """Whether this start of the call already has an ``outcome_unknown`` review (pending or
-    answered), whatever id an older version of handrail gave it."""
-    return any(
-        record.kind == "outcome_unknown" and record.task == started.task and record.seq > started.seq
-        for record in fold.step_interrupts.values()
-    )
-
-
-# Rule 9 ----------------------------------------------------------------------------
-def unfinished_tool_interrupts(
-    spec: AgentSpec, fold: ThreadFold, alive: set[str], own_run: str | None
-) -> tuple[list[Event], StartedTool | None]:
-    """``outcome_unknown`` interrupts for tool calls left unfinished by dead runs.
-
-    Also returns a call that a run still alive is executing, if any: that run is still
-    working on the thread, and nobody else may write to it (:func:`start_events`).
-    """
-    events: list[Event] = []
-    for started in fold.started.values():
-        if started.run_id == own_run:
-            continue
-        if started.run_id in alive:
-            return [], started
-        tool = spec.tools.get(started.name)
-        if started.idempotent or (tool is not None and tool.idempotent):
-            continue  # the tools step runs it again
-        interrupt_id = _outcome_unknown_id(fold.thread_id, started)
-        if interrupt_id in fold.pending or interrupt_id in fold.answered_ids or _already_asked(fold, started):
-            continue
-        events.append(
-            Event(
-                "interrupt",
-                {
-                    "id": interrupt_id,
-                    "step": "tools",
-                    "task": started.task,
-                    "index": 0,
-                    "kind": "outcome_unknown",
-                    "value": {
-                        "type": "outcome_unknown",
-                        "tool_call_id": started.task,
-                        "name": started.name,
-                        "args": started.args,
-                        "description": (
-                            f"Tool {started.name!r} was about to run or running when the process "
-                            "running it stopped, and its result was never saved. It may or may not "
-                            "have taken effect. approve: run it again; respond: give its result; "
-                            "reject: do not run it."
-                        ),
-                        "allowed_decisions": list(OUTCOME_DECISIONS),
-                    },
-                    "source": None,
-                },
-            )
-        )
-    return events, None
 
 
 # Rules 3, 5 and 8: which interrupts a resume answers, and whether the answers are valid
