@@ -25,10 +25,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from handrail._tool_text import describe_errors, read_docstring
 from handrail.context import ToolRuntime
 
 if TYPE_CHECKING:  # pydantic loads when a schema is first built, not on `import handrail`
-    import pydantic
     from pydantic import BaseModel
 
 __all__ = ["Tool", "ToolArgumentsError", "coerce_tool", "tool"]
@@ -79,7 +79,7 @@ class Tool:
                 f"tool name {resolved!r} is not valid: use 1-128 letters, digits, '_', '-', '.' or ':'"
             )
         self.name: str = resolved
-        summary, arg_docs = _parse_docstring(inspect.getdoc(func) or "")
+        summary, arg_docs = read_docstring(inspect.getdoc(func) or "")
         self.description = description if description is not None else summary
         self.idempotent = bool(idempotent)
         self.return_direct = bool(return_direct)
@@ -93,6 +93,7 @@ class Tool:
         self._runtime_params = _runtime_params(func)
         self._arg_docs = arg_docs
         self._args_schema = args_schema
+        self._inferred = args_schema is None  # made from the signature: undeclared args are ours to read
         # A signature of plain scalars (str, int, float, bool) needs no pydantic until an
         # argument is not exactly of its type: its schema is written here, the same as
         # pydantic's, and exact arguments are checked without it (see _exact_values).
@@ -115,7 +116,7 @@ class Tool:
 
     @args_schema.setter
     def args_schema(self, model: type[BaseModel]) -> None:
-        self._args_schema, self._plain, self._json_schema = model, None, None
+        self._args_schema, self._plain, self._json_schema, self._inferred = model, None, None, False
 
     @property
     def json_schema(self) -> dict[str, Any]:
@@ -149,8 +150,45 @@ class Tool:
         try:
             model = self.args_schema.model_validate(dict(args))
         except pydantic.ValidationError as exc:
-            raise ToolArgumentsError(self.name, _describe_errors(exc)) from None
+            raise ToolArgumentsError(self.name, describe_errors(exc)) from None
         return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def validate_call(self, args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Read a model's call: the values to call the function with, and the arguments as
+        the schema read them (:meth:`args_as_read`: what the audit records as run).
+
+        As LangChain reads a call, an argument that a schema made from the function's
+        signature does not declare is dropped; a schema given as ``args_schema`` decides
+        for itself (pydantic's default drops it, ``extra="forbid"`` refuses it). A
+        reviewer's edit is read strictly (:meth:`validate_args`). Raises
+        :class:`ToolArgumentsError`.
+        """
+        if self._inferred and isinstance(args, Mapping):
+            declared = {field[0] for field in self._plain} if self._plain else self.args_schema.model_fields
+            args = {key: value for key, value in args.items() if key in declared}
+        values = self.validate_args(args)
+        return values, self.args_as_read(args, values)
+
+    def args_as_read(self, args: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+        """``args`` as :meth:`validate_args` read them into ``values``: each given argument
+        as the tool gets it, after the schema's coercion, in JSON form (``"12"`` for a
+        ``float`` is ``12.0``); arguments the schema ignored are left out, defaults not added.
+        """
+        from pydantic_core import to_jsonable_python
+
+        read: dict[str, Any] = {}
+        for key, given in args.items():
+            if key not in values:
+                continue
+            value = values[key]
+            if type(value) is type(given) and type(given) in _SCALARS and value == given:
+                read[key] = given
+                continue
+            try:
+                read[key] = to_jsonable_python(value)
+            except (TypeError, ValueError):  # a value JSON cannot hold: the argument as given
+                read[key] = given
+        return read
 
     def _with_runtime(self, values: Mapping[str, Any], runtime: ToolRuntime | None) -> dict[str, Any]:
         out = dict(values)
@@ -160,11 +198,11 @@ class Tool:
 
     def invoke(self, args: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
         """Validate ``args`` and call the tool (an async tool runs to completion here)."""
-        return self.run(self.validate_args(args), runtime)
+        return self.run(self.validate_call(args)[0], runtime)
 
     async def ainvoke(self, args: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
         """Validate ``args`` and call the tool; a sync tool runs in a worker thread."""
-        return await self.arun(self.validate_args(args), runtime)
+        return await self.arun(self.validate_call(args)[0], runtime)
 
     def run(self, values: Mapping[str, Any], runtime: ToolRuntime | None = None) -> Any:
         """Call the tool with values :meth:`validate_args` returned."""
@@ -455,44 +493,3 @@ def _exact_values(fields: _PlainFields, args: Mapping[str, Any]) -> dict[str, An
         else:
             values[name] = default
     return values if given == len(args) else None
-
-
-_SECTION_RE = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?):\s*$")
-
-
-def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into its summary and per-argument descriptions."""
-    summary: list[str] = []
-    args: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    for line in doc.splitlines():
-        match = _SECTION_RE.match(line.strip())
-        if match and not line.startswith((" ", "\t")):
-            section = match.group(1)
-            current = None
-            continue
-        if section is None:
-            summary.append(line)
-        elif section in ("Args", "Arguments", "Parameters"):
-            arg = re.match(r"^\s+(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
-            if arg and (current is None or len(line) - len(line.lstrip()) <= 4):
-                current = arg.group(1)
-                args[current] = arg.group(3).strip()
-            elif current and line.strip():
-                args[current] = (args[current] + " " + line.strip()).strip()
-    return "\n".join(summary).strip(), args
-
-
-_MAX_PROBLEMS = 10  # an error message lists this many, then says how many more
-
-
-def _describe_errors(exc: pydantic.ValidationError) -> list[str]:
-    problems = []
-    errors = exc.errors(include_url=False, include_input=False)
-    for error in errors[:_MAX_PROBLEMS]:
-        location = ".".join(str(part)[:40] for part in error["loc"][:8]) or "arguments"
-        problems.append(f"{location}: {error['msg'][:200]}")
-    if len(errors) > _MAX_PROBLEMS:
-        problems.append(f"and {len(errors) - _MAX_PROBLEMS} more")
-    return problems

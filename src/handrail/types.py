@@ -121,8 +121,9 @@ class AuditEntry:
       who gave it (from ``config["configurable"]["reviewer"]``, or the service's
       credential), ``channel`` how it arrived (``"python"``, ``"http"``, ``"cli"``; None
       for answers saved before channels were recorded);
-    * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit),
-      ``proposed`` is the call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run that ran it and its process
+    * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit,
+      as the tool's schema read them: the values the tool got), ``proposed`` is the
+      call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run that ran it and its process
       (``host:pid``; None for runs saved before processes were named). ``kind`` is
       ``"planned"`` when the log holds only the step's plan for the call, saved before
       any call of the step acted, and no start of its own: its run died in it (a

@@ -2,9 +2,12 @@
 
 An answer is checked against what the review asked (its value: the calls, the decisions
 each allows) and against the agent's policies now: an edit must name one of the agent's
-tools with arguments its schema accepts, and an edit into another tool must be one its
-author could have approved there (the tool's ``allowed_decisions`` include ``approve``
-and the author holds one of its ``reviewers`` roles). A refused answer raises a
+tools with arguments its schema accepts (and takes: one it would drop is refused), and an
+edit into another tool must be one its author could have approved there (the tool's
+``allowed_decisions`` include ``approve`` and the author holds one of its ``reviewers``
+roles). An edit is kept with its arguments as the schema read them, the values the tool
+gets (``"12"`` for a ``float`` is kept as ``12.0``): the answer, the audit and what ran
+agree, whatever channel brought it. A refused answer raises a
 ``ValueError`` subclass (or :class:`~handrail.errors.NotAllowedError` for roles) and
 leaves the thread as it was.
 """
@@ -218,10 +221,17 @@ class _Checker:
         if name != tool_name:
             self._may_run_instead(label, tool_name, name)
         try:
-            target.validate_args(args)
+            values = target.validate_args(args)
         except ToolArgumentsError as exc:
             raise InvalidDecisionError(f"{label} (edit): {exc}") from None
-        return Action(name=name, args=dict(args))
+        read = target.args_as_read(args, values)  # what the tool gets is what is recorded
+        ignored = sorted(str(key) for key in set(args) - set(read))
+        if ignored:  # a schema that drops them would run something else than the reviewer wrote
+            raise InvalidDecisionError(
+                f"{label} (edit): {name!r} takes no argument(s) {short_repr(ignored)}; "
+                f"it takes {sorted(target.json_schema.get('properties', {}))}"
+            )
+        return Action(name=name, args=read)
 
     def _may_run_instead(self, label: str, tool_name: str, name: str) -> None:
         """An edit into another tool is a call to that tool its author approves (rule 19)."""

@@ -95,7 +95,7 @@ class TrailReader:
                     "tool_started",
                     tool_call_id=data["task"],
                     tool=data["name"],
-                    args=data["args"] if "args" in data else call.get("args"),
+                    args=data.get("ran", data["args"] if "args" in data else call.get("args")),
                     proposed=call or None,
                     value=self._run(data.get("run_id")),
                 )

@@ -19,8 +19,10 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
                   "worker"?}`` (``worker``: the process, ``host:pid``); saved
                   before any of them can act, so a call of a run that died before its
                   result was saved is never run again silently (rule 9)
-``tool_started``  a tool began to run: ``{"task", "name", "args"?, "run_id",
-                  "idempotent"}``; ``args`` is left out when the call runs as proposed
+``tool_started``  a tool began to run: ``{"task", "name", "args"?, "ran"?, "run_id",
+                  "idempotent"}``; ``args`` is left out when the call runs as proposed;
+                  ``ran`` (for the audit) is the arguments as the tool's schema read
+                  them, when they differ from the call's (coerced, or some dropped)
 ``tool_finished`` a tool call has its result: ``{"message"}`` (its ``tool_call_id``
                   names the call)
 

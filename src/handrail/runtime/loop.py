@@ -489,7 +489,7 @@ def _execute_tool(env: Env, request: ToolCallRequest, authorized: ToolCall) -> G
     if tool is None:  # pragma: no cover - the gate answers a call to an unknown tool
         raise InvalidInputError(f"call {call_id!r} names no tool of the agent")
     try:
-        values = tool.validate_args(call["args"])
+        values, read = tool.validate_call(call["args"])
     except ToolArgumentsError as exc:
         return ToolMessage(
             f"Error: {exc}. Fix the arguments and call the tool again.",
@@ -502,15 +502,15 @@ def _execute_tool(env: Env, request: ToolCallRequest, authorized: ToolCall) -> G
     proposed = next((c for c in env.fold.pending_calls()[1] if c.get("id") == call_id), None)
     if call["args"] != env.fold.proposed_args(call_id):
         started["args"] = call["args"]  # an edited call: what actually runs
+    if read != call["args"]:
+        started["ran"] = read  # the arguments as the tool's schema read them (for the audit)
     edited = "args" in started or proposed is None or proposed.get("name") != tool.name
     if tool.idempotent:
         started["idempotent"] = True
-    # The step's plan already holds this call (rule 9), so its start needs no commit of its
-    # own; but the results of calls that ran are saved before another call can act. (A
-    # result no tool produced - a rejection, a reviewer's answer - is made again from the
-    # saved decision if the process dies: it need not be saved first.) An edited call's
-    # start is saved before it acts too: the plan names the call as the model proposed it,
-    # and if the process dies, the outcome_unknown review must show what ran instead.
+    # The step's plan holds this call (rule 9): its start needs no commit of its own; but the
+    # results of calls that ran (not those made from a saved decision) are saved before
+    # another call acts. An edited call's start is saved before it acts: the plan names the
+    # call as proposed, and an outcome_unknown review must show what ran instead.
     if edited or any(_ran(env, event) for event in env.buffer):
         yield Persist([Event("tool_started", started)], flush=True)
     else:
