@@ -27,11 +27,14 @@ install: $(STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/handrail demo
 
+# scripts/run_tests.py sets up PostgreSQL, PgBouncer, Chromium and the pinned npm packages
+# where it can, says in one line what it could not (and which tests skip), then runs pytest
+# in parallel. PYTEST_ARGS passes arguments on, e.g. make test PYTEST_ARGS="-k gate -n 0".
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python scripts/run_tests.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts

@@ -3,7 +3,7 @@
 The page's ```python service``` and ```javascript service``` blocks are taken from the
 page, their ``URL`` pointed at the service and ``TOKEN`` given, and run: the Python one
 with the real ``langgraph-sdk``, the JavaScript one with the real
-``@langchain/langgraph-sdk`` under Node (``tests/server/js``; ``.ci/run`` installs it).
+``@langchain/langgraph-sdk`` under Node (``tests/server/js``; ``make test`` installs it).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def node_or_skip() -> str:
     node = shutil.which("node")
     installed = (JS / "node_modules" / "@langchain" / "langgraph-sdk").is_dir()
     if node is None or not installed:
-        why = "Node.js is missing" if node is None else f"run 'npm install' in {JS} (.ci/run does)"
+        why = "Node.js is missing" if node is None else f"run 'npm install' in {JS} (make test does)"
         if os.environ.get("CI"):
             pytest.fail(f"the JavaScript SDK test must run in CI: {why}")
         pytest.skip(why)

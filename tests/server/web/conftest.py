@@ -58,9 +58,9 @@ def browser() -> Iterator[Any]:
     except ImportError:
         missing("Playwright for Python is not installed (pip install -e '.[dev]')")
     if not os.access(CHROMIUM, os.X_OK):
-        missing(f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+        missing(f"no Chromium at {CHROMIUM} (apt-get install chromium; make test does, as root)")
     if not AXE.is_file():
-        missing(f"axe-core is not installed: run 'npm install' in {AXE.parents[2]} (.ci/run does)")
+        missing(f"axe-core is not installed: run 'npm install' in {AXE.parents[2]} (make test does)")
     args = [*ARGS, "--no-sandbox"] if os.geteuid() == 0 else ARGS
     with sync_playwright() as playwright:
         found = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
