@@ -132,8 +132,10 @@ async def answer(
     unexpected = sorted(payload.model_extra or {})
     if unexpected:
         raise Problem(400, f'unexpected field(s) {unexpected}; the body is {{"answer": ...}}')
+    # The review CLI names itself (X-Handrail-Channel: cli); any other client is "http".
+    channel = "cli" if request.headers.get("x-handrail-channel") == "cli" else "http"
     body = await record_answer(
-        _service(request), thread_id, interrupt_id, payload.answer, credential, channel="http", wait=wait
+        _service(request), thread_id, interrupt_id, payload.answer, credential, channel=channel, wait=wait
     )
     return _json(body, 200 if wait else 202)
 
