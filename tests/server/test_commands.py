@@ -47,6 +47,11 @@ def test_a_token_made_on_a_fresh_file_leaves_it_to_the_service(
     assert main(["tokens", "link", "alice", "--db", db, "--url", "ftp://x"]) == 1
     assert "--url must start with http:// or https://" in capsys.readouterr().err
     assert main(["tokens", "link", "alice", "--db", db, "--minutes", "0"]) == 1
+    assert "--minutes must be a positive number of minutes, got 0" in capsys.readouterr().err
+    # Issue 25, item 7e: said in minutes, as given (it said "got -300.0", in seconds)
+    assert main(["tokens", "link", "alice", "--db", db, "--minutes", "-5"]) == 1
+    assert "--minutes must be a positive number of minutes, got -5\n" in capsys.readouterr().err
+    assert main(["tokens", "link", "alice", "--db", db, "--minutes", str(8 * 24 * 60)]) == 1
     assert "at most 7 days" in capsys.readouterr().err
 
 

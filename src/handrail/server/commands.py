@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from handrail._review_display import clock, id_column, text_column, time_column
+
 __all__ = ["COMMANDS", "add_commands", "run"]
 
 COMMANDS = ("serve", "worker", "tokens")
@@ -173,7 +175,15 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
             console.print(token, soft_wrap=True, highlight=False)
             return 0
         if args.tokens_command == "list":
-            table = Table("id", "name", "roles", "scopes", "created", "revoked")
+            # ids and times are never cut to fit 80 columns; names and roles wrap instead
+            table = Table(
+                id_column("id"),
+                text_column("name"),
+                text_column("roles"),
+                text_column("scopes"),
+                time_column("created (UTC)"),
+                time_column("revoked"),
+            )
             listed = tokens.all()
             for c in listed:
                 table.add_row(
@@ -181,8 +191,8 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
                     escape(c.name),
                     escape(", ".join(c.roles)),
                     ", ".join(c.scopes) + (" *" if c.migrated_at is not None else ""),
-                    c.created_at.isoformat(timespec="seconds"),
-                    c.revoked_at.isoformat(timespec="seconds") if c.revoked_at else "",
+                    clock(c.created_at, seconds=False),
+                    clock(c.revoked_at, seconds=False) if c.revoked_at else "",
                 )
             console.print(table)
             if any(c.migrated_at is not None and c.revoked_at is None for c in listed):
@@ -208,6 +218,8 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
 def _link(db: Any, tokens: Any, args: argparse.Namespace, console: Console) -> int:
     from handrail.server.sessions import SessionStore
 
+    if not 0 < args.minutes < float("inf"):
+        raise CommandError(f"--minutes must be a positive number of minutes, got {args.minutes:g}")
     credential = tokens.live(args.token)
     if credential is None:
         raise CommandError(
