@@ -339,7 +339,13 @@ def _open_store(
     if schema is not None:
         raise UsageError("--schema names a PostgreSQL schema: use it with --postgres DSN")
     path: Path = args.db if args.db is not None else DEFAULT_DB
-    _check_sqlite_file(path, existing=existing, flags=_store_flags(args))
+    _check_sqlite_file(
+        path,
+        existing=existing,
+        flags=_store_flags(args),
+        given=args.db is not None,
+        reading=tables_must_exist,
+    )
     from handrail.checkpoint.sqlite import SqliteSaver
 
     try:
@@ -351,7 +357,12 @@ def _open_store(
         raise StoreError(damaged_advice(path, _one_line(exc))) from None
 
 
-def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
+def _check_sqlite_file(
+    path: Path, *, existing: bool, flags: str, given: bool = True, reading: bool = False
+) -> None:
+    """Refuse a SQLite path that cannot be the store meant. ``given``: the path came from
+    ``--db`` (not the default); ``reading``: a command that reads a store (``audit verify``),
+    not the demo."""
     if path.is_dir():
         raise UsageError(f"--db {str(path)!r} is a directory; give the path of a file")
     if not path.parent.is_dir():
@@ -360,6 +371,13 @@ def _check_sqlite_file(path: Path, *, existing: bool, flags: str) -> None:
             "create it first, or give a path in a folder that exists"
         )
     if not path.exists():
+        if existing and reading:
+            where = f"{os.path.abspath(path)!r}" + (
+                "" if given else " (the default, as no --db or --postgres was given)"
+            )
+            raise StoreError(
+                f"no handrail store at {where}: name the store to read with --db FILE or --postgres DSN"
+            )
         if existing:
             raise StoreError(
                 f"no handrail database at {str(path)!r}: start a demo first with "
