@@ -106,8 +106,11 @@ def test_the_audit_across_threads_shows_who_deleted_a_thread_and_its_head(
     flags, head = _deleted_store(tmp_path, monkeypatch)
     assert main(["audit", *flags]) == 0
     out = capsys.readouterr().out
-    (line,) = [line for line in out.splitlines() if "thread_deleted" in line]
-    assert "t1" in line and f"head hash {head}" in line and "ended at record 11" in line
+    lines = out.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if "thread_deleted" in line]
+    line = lines[at]
+    heading = [h for h in lines[:at] if h.startswith("thread ")][-1]  # each thread's id heads its entries
+    assert heading == "thread t1" and f"head hash {head}" in line and "ended at record 11" in line
     assert "ops\\x1b[2J\\u202e" in line  # shown as escapes ...
     assert "\x1b" not in out and "\u202e" not in out  # ... never written raw
     assert "t2" in out and "answered" in out  # the live thread's entries, around it
@@ -152,3 +155,19 @@ def test_mistakes_in_the_audit_across_threads(
     assert main([*argv, *flags]) == code
     err = capsys.readouterr().err
     assert said in " ".join(err.split()) and "\x1b" not in err
+
+
+def test_verify_without_a_store_names_the_default_it_read_and_how_to_name_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 7f: not "start a demo first", but which store was looked at, and how to
+    name another."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", "verify", "--all"]) == 1
+    said = capsys.readouterr().err
+    default = str(tmp_path / "handrail.db")
+    assert f"no handrail store at '{default}' (the default, as no --db or --postgres was given)" in said
+    assert "--db FILE or --postgres DSN" in said and "demo" not in said
+    assert main(["audit", "verify", "--all", "--db", "other.db"]) == 1
+    said = capsys.readouterr().err
+    assert f"no handrail store at '{tmp_path / 'other.db'}': name the store" in said and "default" not in said

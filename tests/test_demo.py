@@ -149,6 +149,23 @@ def test_editing_one_field_changes_only_that_argument(console: Console, tmp_path
     assert outcome(result, "execute_sql").final_args == {"query": "DELETE FROM records WHERE id = 7"}
 
 
+def test_a_json_edit_replaces_the_keys_it_gives_and_keeps_the_others(
+    console: Console, out: io.StringIO, tmp_path: Path
+) -> None:
+    """Issue 25, item 5: one rule for the demo and 'handrail edit --args', said where it is asked:
+    the keys given replace those shown, the others keep their proposed values; handrail then
+    checks the merged arguments as any edit."""
+    answers = Answers(["e", json.dumps({"path": "kept.csv"}), "a"])
+
+    result = run_demo(console, answers, workdir=tmp_path)
+
+    assert "the others keep their proposed values" in answers.prompts[1]
+    edited = outcome(result, "write_file")
+    assert edited.review == "edited" and edited.final_args is not None
+    assert edited.final_args["path"] == "kept.csv" and edited.final_args["content"]  # content as proposed
+    assert (tmp_path / "kept.csv").read_text() == edited.final_args["content"]
+
+
 def test_a_refused_edit_shows_handrails_reason_and_asks_again(
     console: Console, out: io.StringIO, tmp_path: Path
 ) -> None:

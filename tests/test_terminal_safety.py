@@ -16,12 +16,15 @@ the sequences the data holds must still be absent.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
 import time
 from pathlib import Path
@@ -118,15 +121,22 @@ def store(tmp_path: Path) -> Path:
 
 
 def run_in_terminal(
-    argv: list[str], cwd: Path, term: str, answers: dict[bytes, bytes] | None = None
+    argv: list[str],
+    cwd: Path,
+    term: str,
+    answers: dict[bytes, bytes] | None = None,
+    *,
+    columns: int = 400,
 ) -> tuple[int, bytes]:
-    """Run ``python -m handrail ARGV`` on a pseudo-terminal; its exit code and every byte it wrote.
+    """Run ``python -m handrail ARGV`` on a pseudo-terminal ``columns`` wide; its exit code and
+    every byte it wrote.
 
     ``answers`` maps a prompt (bytes the program writes) to what is typed when it appears.
     """
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    env.update(TERM=term, COLUMNS="400", LINES="50", PYTHONIOENCODING="utf-8")
+    env.update(TERM=term, COLUMNS=str(columns), LINES="50", PYTHONIOENCODING="utf-8")
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     process = subprocess.Popen(
         [sys.executable, "-m", "handrail", *argv], stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env
     )

@@ -22,17 +22,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from handrail._message_display import visible, visible_json
-from handrail._terminal_edit import EditorUnavailableError, edit_in_editor
+from handrail._message_display import visible
+from handrail._review_answer import EDIT_RULE, CommandError, answer
+from handrail._review_display import (
+    FOLD_AT,
+    clock,
+    fold,
+    id_column,
+    one_line,
+    text_column,
+    time_column,
+)
 from handrail.terminal import safe_markup, safe_text
 
-__all__ = ["COMMANDS", "add_commands", "run"]
+__all__ = ["COMMANDS", "CommandError", "add_commands", "run"]
 
 COMMANDS = ("inbox", "show", "approve", "reject", "respond", "edit", "threads", "audit")
 
@@ -57,9 +65,19 @@ def add_commands(commands: Any) -> None:
     inbox.add_argument(
         "--order", choices=("oldest", "newest"), default="oldest", help="oldest (default) or newest first"
     )
+    inbox.add_argument(
+        "--full", action="store_true", help="print each call's arguments whole (default: folded to a line)"
+    )
     _where(inbox)
-    show = commands.add_parser("show", help="a thread: its last messages and pending reviews")
-    show.add_argument("thread_id", metavar="THREAD")
+    show = commands.add_parser(
+        "show",
+        help="a thread: its last messages and pending reviews",
+        description="Print a thread's last messages and its pending reviews. THREAD is its id or a "
+        f"unique prefix of it. A value longer than {FOLD_AT:,} characters is folded: its head, then how "
+        "long it is; --full prints every value whole.",
+    )
+    show.add_argument("thread_id", metavar="THREAD", help="a thread id, or a unique prefix of one")
+    show.add_argument("--full", action="store_true", help="print long values whole, not folded")
     _where(show)
     for name, what in (
         ("approve", "approve"),
@@ -67,16 +85,32 @@ def add_commands(commands: Any) -> None:
         ("respond", "answer in the tool's place"),
         ("edit", "change the arguments, then run"),
     ):
-        answer = commands.add_parser(name, help=f"{what}: every call of an interrupt")
-        answer.add_argument("interrupt_id", metavar="INTERRUPT_ID")
+        answer = commands.add_parser(
+            name,
+            help=f"{what}: every call of an interrupt",
+            description=f"{what[0].upper()}{what[1:]}: every call of the interrupt INTERRUPT_ID (its id or a "
+            "unique prefix, as 'handrail inbox' shows it). A review already answered, or one your roles "
+            "may not decide, is refused with who answered it and when, or which roles decide it."
+            + (f" {EDIT_RULE}" if name == "edit" else ""),
+        )
+        answer.add_argument(
+            "interrupt_id", metavar="INTERRUPT_ID", help="an interrupt id, or a unique prefix of one"
+        )
         if name in ("reject", "respond"):
             answer.add_argument(
                 "--message", "-m", required=name == "respond", help="the reason or the result"
             )
         if name == "edit":
             how = answer.add_mutually_exclusive_group(required=True)
-            how.add_argument("--args", help="the new arguments as a JSON object")
-            how.add_argument("--editor", action="store_true", help="edit the arguments in $EDITOR")
+            how.add_argument(
+                "--args",
+                metavar="JSON",
+                help="a JSON object: the keys given replace those proposed, the others keep their "
+                "proposed values",
+            )
+            how.add_argument(
+                "--editor", action="store_true", help="edit the whole object of arguments in $EDITOR"
+            )
         _where(answer)
     threads = commands.add_parser("threads", help="threads, most recently updated first")
     threads.add_argument("--status", choices=["idle", "busy", "interrupted"])
@@ -132,10 +166,6 @@ def add_commands(commands: Any) -> None:
     _where(audit)
 
 
-class CommandError(ValueError):
-    """A review command cannot go on; the message says why."""
-
-
 def _moment(text: str) -> float:
     """A time on the command line: ISO 8601 (UTC unless it names a zone) or epoch seconds."""
     try:
@@ -175,14 +205,19 @@ def _age(created: str) -> str:
 
 
 def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    page = reviews.inbox(tool=args.tool, limit=args.limit, cursor=args.cursor, order=args.order)
+    page = reviews.inbox(
+        tool=args.tool, limit=args.limit, cursor=args.cursor, order=args.order, full=args.full
+    )
     if not page["items"]:
         console.print("Nothing waits for your review.")
         return 0
-    table = Table("interrupt", "thread", "calls", "waiting")
+    table = Table(id_column("interrupt"), id_column("thread"), text_column("calls"), id_column("waiting"))
     for item in page["items"]:
+        hint = f"handrail show {item['thread_id']} --full prints it whole"
         calls = Text("\n").join(
-            Text.assemble(safe_text(r.get("name")), " ", safe_text(_short(r.get("args"))))
+            Text.assemble(
+                safe_text(r.get("name")), " ", safe_text(_value(r.get("args"), args.full, 80, hint))
+            )
             for r in item["action_requests"]
         )
         table.add_row(
@@ -200,25 +235,37 @@ def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _value(value: Any, full: bool, size: int, hint: str) -> str:
+    """``value`` as one line of JSON (text as it is), folded past ``size`` characters unless ``full``."""
+    text = value if isinstance(value, str) else one_line(value)
+    return text if full else fold(text, size, hint)
+
+
 def _short(value: Any, size: int = 80) -> str:
     """``value`` as one line of JSON, its hidden characters as JSON escapes (``\\u202e``),
     cut to ``size`` characters."""
-    text = visible_json(orjson.dumps(value, default=str).decode()) if value is not None else ""
+    text = one_line(value)
     return text if len(text) <= size else text[: size - 1] + "…"
 
 
 def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    state = reviews.state(args.thread_id)
+    thread_id = _thread(reviews, args.thread_id)
+    state = reviews.state(thread_id)
+    full, hint = args.full, f"handrail show {thread_id} --full prints it whole"
+
+    def long(value: Any) -> str:
+        return _value(value, full, FOLD_AT, hint)
+
     lines = [
         Text.assemble(
             safe_text(f"{m.get('type', '?')}: ", style="bold"),
-            safe_text(m.get("content"), newlines=True)
+            safe_text(long(m.get("content")), newlines=True)
             if m.get("content")
-            else safe_text(_short(m.get("tool_calls"))),
+            else safe_text(long(m.get("tool_calls"))),
         )
         for m in state["values"].get("messages", [])[-6:]
     ]
-    title = Text.assemble("thread ", safe_text(args.thread_id))
+    title = Text.assemble("thread ", safe_text(thread_id))
     console.print(Panel(Group(*lines) if lines else Text("(no messages)"), title=title))
     for interrupt in state.get("interrupts", []):
         value = interrupt["value"]
@@ -228,9 +275,9 @@ def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
                 Text.assemble(
                     safe_text(r.get("name")),
                     ": ",
-                    safe_text(_short(r.get("args"), 400)),
+                    safe_text(long(r.get("args"))),
                     "\n",
-                    safe_text(r.get("description", ""), newlines=True),
+                    safe_text(long(r.get("description", "")), newlines=True),
                 )
                 for r in requests
             )
@@ -239,89 +286,26 @@ def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _find(reviews: Any, prefix: str) -> dict[str, Any]:
-    matches: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page = reviews.inbox(tool=None, limit=200, cursor=cursor)
-        matches += [item for item in page["items"] if item["interrupt_id"].startswith(prefix)]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            break
-    if not matches:
-        raise CommandError(f"no review {visible(prefix)!r} waits for you (see 'handrail inbox')")
-    if len(matches) > 1:
-        raise CommandError(f"{visible(prefix)!r} names {len(matches)} reviews; give more of the id")
-    return matches[0]
-
-
-def _decision(args: argparse.Namespace, item: dict[str, Any]) -> dict[str, Any]:
-    if args.command == "approve":
-        return {"type": "approve"}
-    if args.command in ("reject", "respond"):
-        decision = {"type": args.command}
-        if args.message:
-            decision["message"] = args.message
-        return decision
-    (request,) = item["action_requests"] if len(item["action_requests"]) == 1 else (None,)
-    if request is None:
-        raise CommandError("edit changes one call; this review asks about several (answer them from Python)")
-    args_value = _edited_args(args, request)
-    return {"type": "edit", "edited_action": {"name": request["name"], "args": args_value}}
-
-
-def _edited_args(args: argparse.Namespace, request: dict[str, Any]) -> Any:
-    if not args.editor:
-        text = args.args
-    else:
-        # An editor that fails, or that saves nothing new, sends nothing: quitting it is
-        # never an answer (issue 25), least of all an approval in disguise.
-        shown = orjson.dumps(request.get("args"), option=orjson.OPT_INDENT_2).decode() + "\n"
-        try:
-            text = edit_in_editor(shown)
-        except EditorUnavailableError as exc:
-            raise CommandError(f"{exc}; nothing was sent") from None
-        if not text.strip():
-            raise CommandError("the editor saved an empty file; nothing was sent")
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise CommandError(f"the arguments are not JSON ({exc}); nothing was sent") from None
-    if not isinstance(value, dict):
-        raise CommandError("the arguments must be a JSON object; nothing was sent")
-    if args.editor and value == request.get("args"):
-        raise CommandError(
-            "the arguments are unchanged; nothing was sent (to run the call as proposed: handrail approve)"
-        )
-    return value
-
-
-def _answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    item = _find(reviews, args.interrupt_id)
-    decision = _decision(args, item)
-    batched = isinstance(item["value"], dict) and "action_requests" in item["value"]
-    answer = {"decisions": [decision] * len(item["action_requests"])} if batched else decision
-    result = reviews.answer(item["thread_id"], item["interrupt_id"], answer)
-    who = (result.get("reviewer") or {}).get("id", "?")
-    console.print(
-        f"Recorded: {args.command} by {safe_markup(who)} on thread {safe_markup(item['thread_id'])}."
-    )
-    values = result.get("values") or {}
-    if values.get("__interrupt__"):
-        console.print(
-            f"The run paused again: {len(values['__interrupt__'])} new review(s) (see 'handrail inbox')."
-        )
-    elif values.get("messages"):
-        ended = values["messages"][-1].get("content", "")
-        console.print(Text.assemble("The run ended: ", safe_text(ended, newlines=True)))
-    return 0
+def _thread(reviews: Any, prefix: str) -> str:
+    """The thread ``prefix`` names: its whole id, or the one thread whose id starts with it."""
+    found = reviews.thread_ids(prefix) if prefix else []
+    if prefix in found:
+        return prefix
+    if not found:
+        raise CommandError(f"no thread {visible(prefix)!r} (see 'handrail threads')")
+    if len(found) > 1:
+        named = ", ".join(visible(t) for t in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise CommandError(f"{visible(prefix)!r} names {len(found)} threads ({named}); give more of the id")
+    return str(found[0])
 
 
 def _threads(reviews: Any, args: argparse.Namespace, console: Console) -> int:
-    table = Table("thread", "status", "updated")
+    table = Table(id_column("thread"), "status", time_column("updated (UTC)"))
     for thread in reviews.threads(args.status, args.limit):
         table.add_row(
-            safe_text(thread["thread_id"]), safe_text(thread["status"]), safe_text(thread["updated_at"])
+            safe_text(thread["thread_id"]),
+            safe_text(thread["status"]),
+            safe_text(clock(thread["updated_at"])),
         )
     console.print(table)
     return 0
@@ -350,20 +334,35 @@ def _audit(reviews: Any, args: argparse.Namespace, console: Console) -> int:
         # The CSV keeps the data exactly; only a terminal gets its hidden characters escaped.
         console.file.write(visible(text, newlines=True) if console.file.isatty() else text)
         return 0
-    table = Table(*(["thread"] if across else []), "#", "when", "event", "who", "channel", "what")
+    if not across:
+        console.print(_audit_table(entries))
+        return 0
+    # Across threads, each thread's id heads the entries it has (in a row, oldest first): on a
+    # line of its own, never cut to fit a column.
+    start = 0
+    for end in range(1, len(entries) + 1):
+        if end == len(entries) or entries[end]["thread_id"] != entries[start]["thread_id"]:
+            console.print(Text.assemble(("thread ", "bold"), safe_text(entries[start]["thread_id"])))
+            console.print(_audit_table(entries[start:end]))
+            start = end
+    if not entries:
+        console.print("No audit entries.")
+    return 0
+
+
+def _audit_table(entries: list[dict[str, Any]]) -> Table:
+    table = Table(id_column("#"), time_column("when (UTC)"), "event", "who", "channel", text_column("what"))
     for e in entries:
         who = e.get("reviewer") or e.get("by")  # who answered, or who made a change
-        cells = [
+        table.add_row(
             safe_text(e["seq"]),
-            safe_text(str(e["at"])[:19]),
+            safe_text(clock(e["at"])),
             safe_text(e["event"]),
             safe_text((who.get("id") if isinstance(who, dict) else who) or ""),
             safe_text(e.get("channel") or ""),
             safe_text(_what(e)),
-        ]
-        table.add_row(*([safe_text(e["thread_id"])] if across else []), *cells)
-    console.print(table)
-    return 0
+        )
+    return table
 
 
 def _what(entry: dict[str, Any]) -> str:
@@ -381,10 +380,10 @@ def _what(entry: dict[str, Any]) -> str:
 _COMMANDS = {
     "inbox": _inbox,
     "show": _show,
-    "approve": _answer,
-    "reject": _answer,
-    "respond": _answer,
-    "edit": _answer,
+    "approve": answer,
+    "reject": answer,
+    "respond": answer,
+    "edit": answer,
     "threads": _threads,
     "audit": _audit,
 }

@@ -13,19 +13,36 @@ import getpass
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
+from urllib.parse import quote
 
-__all__ = ["ReviewError", "Reviews", "ServiceReviews", "StoreReviews"]
+__all__ = ["CHANNEL_HEADER", "ReviewError", "Reviews", "ServiceReviews", "StoreReviews"]
 
 
 class ReviewError(ValueError):
-    """A review command was refused or failed; the message says why (one line)."""
+    """A review command was refused or failed; the message says why (one line).
+
+    ``status`` is the HTTP status of the refusal (a store's refusals get the status the
+    service would give: 403 for a reviewer without the role, 409 for an answered review),
+    and ``problem`` the service's problem details (``answered_by``, ``answered_at``,
+    ``channel`` of a 409; ``roles`` of a 403), or empty.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, problem: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.problem: dict[str, Any] = dict(problem or {})
+
+
+CHANNEL_HEADER = "X-Handrail-Channel"
+"""The request header by which the CLI tells the service that an answer comes through it
+(``cli``); the service records any other answer over HTTP as ``http``."""
 
 
 class Reviews(Protocol):
     """What the review CLI needs, from a service or a store."""
 
     def inbox(
-        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest"
+        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest", full: bool = False
     ) -> dict[str, Any]: ...
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]: ...
     def state(self, thread_id: str) -> dict[str, Any]: ...
@@ -34,6 +51,8 @@ class Reviews(Protocol):
     def audit_across(
         self, *, since: float | None, until: float | None, limit: int
     ) -> list[dict[str, Any]]: ...
+    def thread_ids(self, prefix: str) -> list[str]: ...
+    def locate(self, prefix: str) -> list[dict[str, Any]]: ...
 
 
 class ServiceReviews:
@@ -43,7 +62,9 @@ class ServiceReviews:
         import httpx
 
         self._http = httpx.Client(
-            base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=60
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}", CHANNEL_HEADER: "cli"},
+            timeout=60,
         )
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -55,16 +76,26 @@ class ServiceReviews:
             raise ReviewError(f"cannot reach the service at {self._http.base_url}: {exc}") from None
         if reply.status_code >= 400:
             try:
-                detail = reply.json().get("detail") or reply.text
+                problem = reply.json()
+                problem = problem if isinstance(problem, dict) else {}
             except ValueError:
-                detail = reply.text
-            raise ReviewError(f"{reply.status_code}: {detail}")
+                problem = {}
+            detail = problem.get("detail") or reply.text
+            raise ReviewError(f"{reply.status_code}: {detail}", status=reply.status_code, problem=problem)
         return reply.json()
 
     def inbox(
-        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest"
+        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest", full: bool = False
     ) -> dict[str, Any]:
-        given = {"tool": tool, "limit": limit, "cursor": cursor, "order": order}
+        """A page of the inbox; with ``full``, long values whole (the service folds them otherwise:
+        an answer that edits arguments needs them whole)."""
+        given = {
+            "tool": tool,
+            "limit": limit,
+            "cursor": cursor,
+            "order": order,
+            "full": "true" if full else None,
+        }
         params = {k: v for k, v in given.items() if v is not None}
         result: dict[str, Any] = self._call("GET", "/handrail/inbox", params=params)
         return result
@@ -95,6 +126,34 @@ class ServiceReviews:
         result: list[dict[str, Any]] = self._call("GET", "/handrail/audit", params=params)
         return result
 
+    def thread_ids(self, prefix: str) -> list[str]:
+        """The ids of the threads this token may read that are ``prefix`` or start with it."""
+        try:
+            self._call("GET", f"/threads/{quote(prefix, safe='')}")
+            return [prefix]
+        except ReviewError as exc:
+            if exc.status not in (403, 404, 422):
+                raise
+        found: list[str] = []
+        for offset in range(0, _SCAN, _PAGE):
+            page = self._call("POST", "/threads/search", json={"limit": _PAGE, "offset": offset})
+            found += [t["thread_id"] for t in page if str(t["thread_id"]).startswith(prefix)]
+            if len(page) < _PAGE:
+                break
+        return found
+
+    def locate(self, prefix: str) -> list[dict[str, Any]]:
+        """Reviews whose id starts with ``prefix`` found in the audit of the threads this token
+        may read (the most recently updated): pending or answered, whoever may decide them."""
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for thread in self._call("POST", "/threads/search", json={"limit": _LOCATE_THREADS}):
+            try:
+                entries = self.audit(str(thread["thread_id"]))
+            except ReviewError:
+                continue
+            _note_reviews(found, entries, prefix)
+        return list(found.values())
+
 
 class StoreReviews:
     """The review CLI's calls, straight on a store, with the agent hosted in this process."""
@@ -104,8 +163,9 @@ class StoreReviews:
         self._reviewer = {"id": reviewer or getpass.getuser(), "roles": list(roles)}
 
     def inbox(
-        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest"
+        self, *, tool: str | None, limit: int, cursor: str | None, order: str = "oldest", full: bool = False
     ) -> dict[str, Any]:
+        """A page of the inbox (a store's values are always whole)."""
         from handrail.server.wire import inbox_entry
 
         page = self._agent.list_interrupts(
@@ -118,10 +178,19 @@ class StoreReviews:
         return {"items": items, "next_cursor": page.next_cursor}
 
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]:
+        from handrail.errors import AlreadyAnsweredError, NotAllowedError
         from handrail.messages import new_id
         from handrail.server.wire import to_wire
 
-        decision = self._agent.decide(thread_id, interrupt_id, answer, reviewer=self._reviewer, channel="cli")
+        try:
+            decision = self._agent.decide(
+                thread_id, interrupt_id, answer, reviewer=self._reviewer, channel="cli"
+            )
+        except AlreadyAnsweredError as exc:  # what the service's 409 says
+            answered = {"answered_by": exc.answered_by, "answered_at": exc.answered_at.isoformat()}
+            raise ReviewError(str(exc), status=409, problem={**answered, "channel": exc.channel}) from None
+        except NotAllowedError as exc:  # what the service's 403 says
+            raise ReviewError(str(exc), status=403, problem={"roles": list(exc.roles)}) from None
         # the answer queued the thread: run it here, unless a worker took it first (handrail.worker)
         store = self._agent.checkpointer
         assert store is not None
@@ -168,6 +237,63 @@ class StoreReviews:
         from handrail.server.wire import audit_entry
 
         return [audit_entry(e) for e in self._agent.audit(since=since, until=until, limit=limit)]
+
+    def thread_ids(self, prefix: str) -> list[str]:
+        """The ids of the store's threads that are ``prefix`` or start with it."""
+        store = self._agent.checkpointer
+        if store is not None and store.get_thread(prefix) is not None:
+            return [prefix]
+        found: list[str] = []
+        for offset in range(0, _SCAN, _PAGE):
+            page = self._agent.list_threads(limit=_PAGE, offset=offset)
+            found += [r.thread_id for r in page if r.thread_id.startswith(prefix)]
+            if len(page) < _PAGE:
+                break
+        return found
+
+    def locate(self, prefix: str) -> list[dict[str, Any]]:
+        """Reviews whose id starts with ``prefix``, whoever may decide them: pending (as the
+        inbox gives them) or answered (from the audit across threads)."""
+        from handrail.server.wire import audit_entry, inbox_entry
+
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        cursor = None
+        while True:
+            page = self._agent.list_interrupts(limit=200, cursor=cursor)  # no reviewer: every review
+            for item in page.items:
+                if item.interrupt.id.startswith(prefix):
+                    found[(item.thread_id, item.interrupt.id)] = inbox_entry(item, [])
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        _note_reviews(found, [audit_entry(e) for e in self._agent.audit(limit=_SCAN)], prefix)
+        return list(found.values())
+
+
+_PAGE = 100
+_SCAN = 100_000  # at most this many threads, or audit entries, are looked through for a prefix
+_LOCATE_THREADS = 50
+
+
+def _note_reviews(
+    found: dict[tuple[str, str], dict[str, Any]], entries: list[dict[str, Any]], prefix: str
+) -> None:
+    """Add to ``found`` the reviews of audit ``entries`` whose id starts with ``prefix``,
+    shaped as inbox items (their action requests from the request's entry)."""
+    for e in entries:
+        interrupt_id = e.get("interrupt_id")
+        if e.get("event") not in ("review_requested", "answered") or not interrupt_id:
+            continue
+        if not str(interrupt_id).startswith(prefix):
+            continue
+        item = found.setdefault(
+            (e["thread_id"], interrupt_id),
+            {"thread_id": e["thread_id"], "interrupt_id": interrupt_id, "value": None, "action_requests": []},
+        )
+        value = e.get("value")
+        if e["event"] == "review_requested" and item["value"] is None and isinstance(value, dict):
+            item["value"] = value
+            item["action_requests"] = value.get("action_requests") or ([value] if "name" in value else [])
 
 
 @contextmanager

@@ -389,8 +389,9 @@ class TerminalReviewer:
         self.console.print(_json(item.args))
         while True:
             raw = self.ask(
-                "New arguments as a JSON object (the keys you give replace those shown), "
-                "Enter to edit field by field, v to edit the whole JSON in $EDITOR, b to go back:"
+                "New arguments as a JSON object (the keys you give replace those shown, the others "
+                "keep their proposed values), Enter to edit field by field, v to edit the whole JSON "
+                "in $EDITOR, b to go back:"
             ).strip()
             if raw.lower() == "b":
                 return None

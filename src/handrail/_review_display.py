@@ -1,0 +1,81 @@
+"""How the review CLI lays out what it prints: long values folded, ids and times never cut.
+
+A value from a model or a tool can be a megabyte (issue 25: ``handrail show`` printed
+1.17 MB for a review with a 1 MB argument). :func:`fold` keeps the head of a long value and
+says how long the whole is and which command prints it whole (``--full``).
+
+A rich table squeezed into 80 columns shortens its cells with "…"; an id cut that way
+cannot be copied into the next command, and a time cut to ``2026-05-02T0`` says nothing.
+:func:`id_column` and :func:`time_column` make columns that rich never shortens (an id
+longer than the whole terminal wraps inside its cell, it is not cut); :func:`clock`
+writes a time as ``2026-05-02 08:06:12`` (UTC).
+
+Private to the review CLI (``review_cli.py``) and the service's commands.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from rich.table import Column
+
+from handrail._message_display import visible_json
+
+__all__ = ["FOLD_AT", "clock", "fold", "id_column", "one_line", "text_column", "time_column"]
+
+FOLD_AT = 2000
+"""How many characters of one value ``handrail show`` prints before folding it."""
+
+
+def fold(text: str, size: int, hint: str) -> str:
+    """``text`` when it has at most ``size`` characters; else its head, then how long it is
+    and ``hint`` (where to see it whole).
+
+    >>> fold("x" * 10, 4, "--full prints it whole")
+    'xxxx… (10 characters; --full prints it whole)'
+    """
+    if len(text) <= size:
+        return text
+    return f"{text[:size]}… ({len(text):,} characters; {hint})"
+
+
+def one_line(value: Any) -> str:
+    """``value`` as one line of JSON, its hidden characters as JSON escapes (``\\u202e``)."""
+    return visible_json(orjson.dumps(value, default=str).decode()) if value is not None else ""
+
+
+def clock(value: Any, *, seconds: bool = True) -> str:
+    """A time (ISO 8601 text, epoch seconds or a datetime) as ``2026-05-02 08:06:12`` in UTC;
+    anything else as it is."""
+    moment: datetime | None = None
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        moment = datetime.fromtimestamp(value, UTC)
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if moment is None:
+        return "" if value is None else str(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def id_column(header: str) -> Column:
+    """A column for ids: never shortened with "…"; wider than the terminal, it wraps."""
+    return Column(header, no_wrap=True, overflow="fold")
+
+
+def time_column(header: str) -> Column:
+    """A column for times (as :func:`clock` writes them): never shortened."""
+    return Column(header, no_wrap=True, overflow="fold")
+
+
+def text_column(header: str) -> Column:
+    """A column for free text that gives way to the others, wrapping rather than cutting."""
+    return Column(header, overflow="fold")
