@@ -247,3 +247,29 @@ def test_random_policy_files_load_as_declared_and_an_unknown_key_anywhere_refuse
         load_policy_file(write(tmp_path, "\n".join(lines) + "\n"))
     assert refused.value.line == where[(agent, tool, key)] + 1
     assert refused.value.key == f"agents.{agent}.interrupt_on.{tool}.{bad}"
+
+
+def test_handrail_policy_check_lints_a_file_and_checks_it_against_agents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from handrail.cli import main
+
+    good = write(tmp_path, EXAMPLE)
+    assert main(["policy", "check", str(good)]) == 0
+    assert capsys.readouterr().out.strip() == f"{good}: ok: 3 tool policies for support"
+    bad = write(tmp_path, EXAMPLE.replace("reviewers =", "reviewrs ="), name="bad.toml")
+    assert main(["policy", "check", str(bad)]) == 1
+    said = capsys.readouterr().err
+    assert f"{bad}:11: agents.support.interrupt_on.refund.reviewrs: unknown key" in " ".join(said.split())
+    (tmp_path / "policy_agents.py").write_text(
+        "from handrail import create_agent, ScriptedModel\n"
+        "def refund(payment_id: str) -> str:\n    return 'ok'\n"
+        "def send_email(to: str) -> str:\n    return 'ok'\n"
+        "support = create_agent(ScriptedModel([]), tools=[refund, send_email], name='support')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["policy", "check", str(good), "policy_agents:support"]) == 1
+    assert "agent 'support' has no tool 'read_data'" in " ".join(capsys.readouterr().err.split())
+    assert main(["policy", "check", str(good), "--agent", "billing=policy_agents:support"]) == 1
+    assert "no agent is named 'support' here" in " ".join(capsys.readouterr().err.split())
+    assert main(["policy"]) == 2
