@@ -160,9 +160,9 @@ def test_the_issue_example_error_text(make_agent: AgentFactory) -> None:
     edit = {"type": "edit", "edited_action": {"name": "execute_sql", "args": {"query": "SELECT 1"}}}
     with pytest.raises(InvalidDecisionError) as caught:
         agent.invoke(Command(resume={"decisions": [APPROVE, APPROVE, edit]}), config())
-    assert (
-        str(caught.value)
-        == "decision 3 of 3 is 'edit', but tool 'execute_sql' allows only ['approve', 'reject']"
+    assert str(caught.value) == (
+        "Decision type 'edit' is not allowed for tool 'execute_sql': "  # LangChain's words first
+        "decision 3 of 3 is 'edit', but tool 'execute_sql' allows only ['approve', 'reject']"
     )
     assert (
         type(caught.value).__module__ + "." + type(caught.value).__name__

@@ -9,7 +9,7 @@ the task (the first call gets the first answer, and so on).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
@@ -85,8 +85,9 @@ class Runtime(Generic[ContextT]):
 class ToolRuntime(Runtime[ContextT], Generic[ContextT, StateT]):
     """Injected into a tool that declares a parameter of this type.
 
-    Adds the calling ``tool_call_id`` and the ``state`` at the time of the call to what
-    :class:`Runtime` has (``context``, ``store``, ``stream_writer``, ``config``). The
+    Adds the calling ``tool_call_id``, the ``state`` at the time of the call and the
+    agent's ``tools`` to what :class:`Runtime` has (``context``, ``store``,
+    ``stream_writer``, ``config``). The
     parameter is hidden from the tool's argument schema. ``ToolRuntime[Ctx]`` and
     ``ToolRuntime[Ctx, State]`` work in signatures.
 
@@ -100,13 +101,22 @@ class ToolRuntime(Runtime[ContextT], Generic[ContextT, StateT]):
 
     tool_call_id: str = ""
     state: StateT = field(default_factory=dict)  # type: ignore[assignment]
+    tools: list[Any] = field(default_factory=list)
 
     @classmethod
     def of_call(
-        cls, runtime: Runtime[Any], tool_call_id: str, state: Any, *, step: str | None = None
+        cls,
+        runtime: Runtime[Any],
+        tool_call_id: str,
+        state: Any,
+        *,
+        step: str | None = None,
+        tools: Iterable[Any] = (),
     ) -> ToolRuntime[Any, Any]:
-        """The runtime a call of a run sees: ``runtime``'s, with the call's id and state."""
+        """The runtime a call of a run sees: ``runtime``'s, with the call's id and state,
+        and the agent's tools (``tools``, as LangChain's ``ToolRuntime.tools``)."""
         return cls(
+            tools=list(tools),
             thread_id=runtime.thread_id,
             config=runtime.config,
             context=runtime.context,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
@@ -29,10 +29,16 @@ class Interrupt:
 
     It hashes by its ``id``, so it may key a resume map: ``Command(resume={intr: answer})``
     is read as ``Command(resume={intr.id: answer})``.
+
+    ``response_schema`` (LangGraph 1.2's field) is the JSON schema of the answers a
+    per-call review takes - the decisions its tool allows, an edit's arguments following
+    the tool's schema - and None for other interrupts. It describes; the answer is still
+    checked in full (SPEC rule 5). Interrupts compare by ``value`` and ``id``.
     """
 
     value: Any
     id: str
+    response_schema: dict[str, Any] | None = field(default=None, compare=False)
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -123,8 +129,8 @@ class AuditEntry:
       for answers saved before channels were recorded);
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit,
       as the tool's schema read them: the values the tool got), ``proposed`` is the
-      call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run that ran it and its process
-      (``host:pid``; None for runs saved before processes were named). ``kind`` is
+      call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run
+      that ran it and its process (``host:pid``; None for runs saved before processes were named). ``kind`` is
       ``"planned"`` when the log holds only the step's plan for the call, saved before
       any call of the step acted, and no start of its own: its run died in it (a
       ``"run_abandoned"`` entry follows once another run found it dead) or is running it

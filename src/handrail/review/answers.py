@@ -132,8 +132,9 @@ class _Checker:
             raise InvalidDecisionError(f"'decisions' must be a list, got {type(decisions).__name__}")
         if len(decisions) != expected:
             raise InvalidDecisionError(
-                f"expected {expected} decision{'s' if expected != 1 else ''} (one per action "
-                f"request, in order), got {len(decisions)}"
+                f"Number of human decisions ({len(decisions)}) does not match number of hanging "
+                f"tool calls ({expected}): expected {expected} decision{'s' if expected != 1 else ''} "
+                f"(one per action request, in order), got {len(decisions)}"
             )
         checked: list[Decision] = []
         for i, (decision, action, review) in enumerate(
@@ -174,7 +175,10 @@ class _Checker:
                 f"{label} has unknown type {short_repr(kind)}; expected one of {list(DECISION_TYPES)}"
             )
         if kind not in allowed:
-            raise InvalidDecisionError(f"{label} is {kind!r}, but tool {tool_name!r} allows only {allowed}")
+            raise InvalidDecisionError(  # LangChain's words first, then ours
+                f"Decision type '{kind}' is not allowed for tool '{tool_name}': "
+                f"{label} is {kind!r}, but tool {tool_name!r} allows only {allowed}"
+            )
         unexpected = sorted(str(key) for key in set(decision) - _DECISION_KEYS[kind])
         if unexpected:
             raise InvalidDecisionError(f"{label} ({kind}) has unexpected key(s) {short_repr(unexpected)}")
@@ -215,6 +219,7 @@ class _Checker:
         target = tools.get(name)
         if target is None:
             raise InvalidDecisionError(
+                f"Reviewer edited tool call to {short_repr(name)}, which is not an available tool: "
                 f"{label} edits the call into {short_repr(name)}, which is not one of the agent's tools "
                 f"{sorted(tools)}"
             )

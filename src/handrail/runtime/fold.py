@@ -190,12 +190,12 @@ class ThreadFold:
         return checkpoint_id_of(self.checkpoint_seq) if self.checkpoint_seq else None
 
     def public_values(self) -> dict[str, Any]:
-        """The state as callers see it: private ``_`` keys left out, lists copied."""
-        return {
-            key: (list(value) if key == "messages" else value)
-            for key, value in self.values.items()
-            if not key.startswith("_")
-        }
+        """The state as callers see it: private keys left out, lists copied; in a tools step
+        that paused, the results of its calls that finished follow, in call order (as LangGraph)."""
+        out = {key: value for key, value in self.values.items() if not key.startswith("_")}
+        done, calls = self.task_results, self.pending_calls()[1] if self.pending and self.task_results else ()
+        out["messages"] = [*out.get("messages", ()), *(done[c["id"]] for c in calls if c["id"] in done)]
+        return out
 
     def state_view(self) -> dict[str, Any]:
         """The state as hooks see it: every key, with its own copy of the message list."""

@@ -169,7 +169,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
             env.send("values", fold.public_values())
     if request.record_only:  # answers recorded: a worker runs them (the thread is queued if due)
         yield Persist([], flush=True, durable=True, queue=_due(fold))
-        return RunResult(fold.public_values(), interrupts_of(fold.pending), dict(fold.answers))
+        return RunResult(fold.public_values(), interrupts_of(fold.pending, spec), dict(fold.answers))
     runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
         config=request.config,
@@ -204,7 +204,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
         if fold.pending:
             break
     yield flush(last=True)
-    result = RunResult(fold.public_values(), interrupts_of(fold.pending))
+    result = RunResult(fold.public_values(), interrupts_of(fold.pending, env.spec))
     if result.interrupts:
         env.send("updates", {"__interrupt__": result.interrupts})
         env.send("values", (result.values, result.interrupts))
@@ -394,7 +394,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             buffer(env, [Event("tool_finished", {"message": message})])
             continue
         tool_call = ToolCall(name=call["name"], args=call["args"], id=call_id, type="tool_call")
-        tool_runtime = ToolRuntime.of_call(runtime, call_id, state, step=TOOLS)
+        tool_runtime = ToolRuntime.of_call(runtime, call_id, state, step=TOOLS, tools=spec.tools.values())
         call_request = ToolCallRequest(
             tool_call=tool_call, tool=spec.tools.get(call["name"]), state=state, runtime=tool_runtime
         )

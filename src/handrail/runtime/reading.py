@@ -21,6 +21,7 @@ from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.checkpoint.integrity import GENESIS, ChainWalk, link, unseal, walk
 from handrail.checkpoint.serde import loads
 from handrail.errors import InvalidInputError, SerializationError, stored_time
+from handrail.review.response_schema import response_schema
 from handrail.runtime import rules
 from handrail.runtime.effects import Effect, Env, StoreCall, takes
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event, unpack_payload
@@ -265,9 +266,14 @@ def advance(spec: AgentSpec, fold: ThreadFold, events: list[Event], event: Event
     fold.adopt(fold_events(spec, fold.thread_id, [e for e in events if e.seq <= target]), event)
 
 
-def interrupts_of(pending: Mapping[str, Any]) -> tuple[Interrupt, ...]:
-    """The public Interrupt objects for pending interrupt records, in the order raised."""
-    return tuple(Interrupt(value=record.value, id=record.id) for record in pending.values())
+def interrupts_of(pending: Mapping[str, Any], spec: AgentSpec | None = None) -> tuple[Interrupt, ...]:
+    """The public Interrupt objects for pending interrupt records, in the order raised; a
+    per-call review's carries the schema of its answers (given the agent's ``spec``)."""
+    tools = spec.tools if spec is not None else {}
+    return tuple(
+        Interrupt(value=r.value, id=r.id, response_schema=response_schema(r.value, tools))
+        for r in pending.values()
+    )
 
 
 def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
@@ -288,7 +294,7 @@ def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
             event.created_at = fold.updated_at
             pending[event.data["id"]] = rules.record_of(event)
     env.spec.cache.put(fold)
-    return _snapshot_of(env.thread_id, fold, pending, fold.checkpoint_seq, fold.parent_checkpoint_seq)
+    return _snapshot_of(env, fold, pending, fold.checkpoint_seq, fold.parent_checkpoint_seq)
 
 
 def history(
@@ -311,9 +317,7 @@ def history(
         if not current:
             return
         if (wanted is None or current == wanted) and (before_seq is None or current < before_seq):
-            found.append(
-                _snapshot_of(env.thread_id, fold, dict(fold.pending), current, fold.parent_checkpoint_seq)
-            )
+            found.append(_snapshot_of(env, fold, dict(fold.pending), current, fold.parent_checkpoint_seq))
 
     for event in rest:
         if event.kind in CHECKPOINT_KINDS:
@@ -328,8 +332,9 @@ _SOURCES = {"input": "input", "step": "loop", "update": "update", "branch": "for
 
 
 def _snapshot_of(
-    thread_id: str, fold: ThreadFold, pending: Mapping[str, Any], seq: int, parent: int | None
+    env: Env, fold: ThreadFold, pending: Mapping[str, Any], seq: int, parent: int | None
 ) -> StateSnapshot:
+    thread_id = env.thread_id
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     if seq:
         config["configurable"]["checkpoint_id"] = checkpoint_id_of(seq)
@@ -356,5 +361,5 @@ def _snapshot_of(
         if seq
         else None,
         parent_config=parent_config,
-        interrupts=interrupts_of(pending),
+        interrupts=interrupts_of(pending, env.spec),
     )
