@@ -12,7 +12,12 @@ of being written raw, so a value cannot send the terminal an escape sequence (co
 cursor move, an OSC 52 clipboard write, a hyperlink), hide part of itself or reorder
 what the reader sees. It covers everything the web pages mark
 (``handrail.server.pages.markup.HIDDEN``) and, for a terminal, carriage returns and a
-few more. ``pretty_repr``, the review CLI and ``handrail demo`` print through it.
+few more. ``pretty_repr``, the review CLI and ``handrail demo`` print through it. A
+zero-width joiner between two pictographs is part of an emoji (👩‍💻) and is kept.
+
+:func:`reviewer_content` is what every display shows of a message: a tool result without
+the edit notice written for the model (``review.policy.with_edit_notice``), so a reviewer
+reads the tool's own result.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ __all__ = [
     "content_blocks",
     "escape_char",
     "pretty_repr",
+    "reviewer_content",
     "visible",
     "visible_json",
 ]
@@ -40,18 +46,22 @@ _HIDDEN_SET = (
     "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
     # soft hyphen, Arabic letter mark, Mongolian vowel separator
     "\u00ad\u061c\u180e"
-    # zero-width space / non-joiner / joiner, LRM, RLM, line and paragraph separators,
-    # the bidi embeddings and overrides (LRE, RLE, PDF, LRO, RLO)
-    "\u200b-\u200f\u2028-\u202e"
+    # zero-width space / non-joiner (the joiner: below), LRM, RLM, line and paragraph
+    # separators, the bidi embeddings and overrides (LRE, RLE, PDF, LRO, RLO)
+    "\u200b\u200c\u200e\u200f\u2028-\u202e"
     # word joiner, invisible operators, the bidi isolates (LRI, RLI, FSI, PDI), deprecated formats
     "\u2060-\u2064\u2066-\u206f"
     # byte order mark / zero-width no-break space, interlinear annotations, Unicode tag characters
     "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f"
 )
-TERMINAL_HIDDEN = re.compile(f"[{_HIDDEN_SET}]|\r(?!\n)")
+# Pictographs and the emoji presentation selector: a zero-width joiner between them joins
+# one glyph (👩‍💻 is U+1F469 U+200D U+1F4BB); anywhere else it is hidden text.
+_PICTOGRAPHS = "\u2190-\u21ff\u2300-\u23ff\u2600-\u27bf\u2b00-\u2bff\U0001f000-\U0001faff"
+_LONE_JOINER = f"(?<![{_PICTOGRAPHS}\\ufe0f])\u200d|\u200d(?![{_PICTOGRAPHS}])"
+TERMINAL_HIDDEN = re.compile(f"[{_HIDDEN_SET}]|\r(?!\n)|{_LONE_JOINER}")
 """What :func:`visible` escapes in text shown on several lines (newlines and tabs stay;
 a carriage return stays only before a newline, where it moves nothing)."""
-ONE_LINE_HIDDEN = re.compile(f"[{_HIDDEN_SET}\t\n\r]")
+ONE_LINE_HIDDEN = re.compile(f"[{_HIDDEN_SET}\t\n\r]|{_LONE_JOINER}")
 """What :func:`visible` escapes in a value kept on one line: the same, and tabs and line breaks."""
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -109,6 +119,45 @@ def _json_escape(char: str) -> str:
         return f"\\u{code:04x}"
     code -= 0x10000  # beyond the BMP JSON writes a surrogate pair
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+_EDIT_MARK = "handrail_edit_notice"  # review.policy.EDIT_MARK (not imported: this module is a leaf)
+_TOOL_RESPONSE = "\n\nTool response:\n"
+
+
+def reviewer_content(message: BaseMessage | Mapping[str, Any]) -> tuple[Any, bool]:
+    """What a reviewer reads of ``message``'s content, and whether a reviewer's edit led it.
+
+    The result of an edited call starts with a notice for the model ("Note: a human
+    reviewer replaced this tool call ... Tool response: ..."); the reviewer is shown the
+    tool's own result instead (what changed is in the audit trail). A message the edit
+    mark says nothing about is returned as it is, except a stored result from before the
+    mark, recognised by its layout (the notice, "Executed instead: ...", then "Tool
+    response:"). ``message`` is a message or its JSON form (``to_wire``).
+
+    >>> from handrail.messages import ToolMessage
+    >>> text = "Note: edited. Executed instead: t with arguments {}.\n\nTool response:\nok"
+    >>> reviewer_content(ToolMessage(text, tool_call_id="1"))
+    ('ok', True)
+    """
+    if isinstance(message, Mapping):
+        kind, content, extra = message.get("type"), message.get("content"), message.get("additional_kwargs")
+    else:
+        kind, content, extra = message.type, message.content, message.additional_kwargs
+    if kind != "tool":
+        return content, False
+    mark = extra.get(_EDIT_MARK) if isinstance(extra, Mapping) else None
+    if isinstance(mark, Mapping):
+        chars, blocks = mark.get("chars"), mark.get("blocks")
+        if isinstance(content, str) and isinstance(chars, int) and 0 <= chars <= len(content):
+            return content[chars:], True
+        if isinstance(content, list) and isinstance(blocks, int) and 0 <= blocks <= len(content):
+            return content[blocks:], True
+    if isinstance(content, str):
+        head, found, rest = content.partition(_TOOL_RESPONSE)
+        if found and " Executed instead: " in head:
+            return rest, True
+    return content, False
 
 
 KNOWN_BLOCK_TYPES = frozenset(

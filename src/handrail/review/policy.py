@@ -21,6 +21,7 @@ __all__ = [
     "DECISION_TYPES",
     "DEFAULT_DESCRIPTION_PREFIX",
     "DEFAULT_EDIT_NOTICE",
+    "EDIT_MARK",
     "NO_POLICIES",
     "Action",
     "ActionRequest",
@@ -293,7 +294,13 @@ def reject_message(name: str, call_id: str, message: str | None) -> str:
 
 
 def with_edit_notice(result: ToolMessage, ran: ToolCall, notice: str | None) -> ToolMessage:
-    """The result of an edited call, starting with the edit notice and what ran (rule 4)."""
+    """The result of an edited call, starting with the edit notice and what ran (rule 4).
+
+    The model reads the notice as LangChain words it. The message is marked for the
+    people who read it later: ``additional_kwargs["handrail_edit_notice"]`` says how much
+    of the content is the notice (``{"chars": n}`` of a text, ``{"blocks": n}`` of a list
+    of blocks), so a display shows the tool's own result (``_message_display.reviewer_content``).
+    """
     if notice is None:
         return result
     # LangChain's layout: the notice, what ran, then the tool's own response
@@ -301,10 +308,12 @@ def with_edit_notice(result: ToolMessage, ran: ToolCall, notice: str | None) -> 
     content: Any
     if isinstance(result.content, str):
         content = f"{said}\n\nTool response:\n{result.content}" if result.content else said
+        mark = {"chars": len(content) - len(result.content)}
     else:
         heading = f"{said}\n\nTool response:" if result.content else said
         plain = bool(result.content) and all(isinstance(block, str) for block in result.content)
         content = [heading if plain else {"type": "text", "text": heading}, *result.content]
+        mark = {"blocks": 1}
     return ToolMessage(
         content,
         tool_call_id=result.tool_call_id,
@@ -312,8 +321,12 @@ def with_edit_notice(result: ToolMessage, ran: ToolCall, notice: str | None) -> 
         status=result.status,
         id=result.id,
         artifact=result.artifact,
-        additional_kwargs=dict(result.additional_kwargs),
+        additional_kwargs={**result.additional_kwargs, EDIT_MARK: mark},
     )
+
+
+EDIT_MARK = "handrail_edit_notice"
+"""The key of ``additional_kwargs`` that marks a tool result led by the edit notice."""
 
 
 def parse_policy(tool_name: str, config: Any) -> Policy | None:
