@@ -127,6 +127,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=max_body)
     if rate_limit is not None:
         app.add_middleware(RateLimit, service=service, rate=rate_limit)
+    app.add_middleware(pages.HtmlErrors)  # an error under /inbox is a page, not JSON
     app.add_middleware(ApiHeaders)
     return app
 

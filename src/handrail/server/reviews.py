@@ -31,7 +31,7 @@ from handrail.server.service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import audit_csv, audit_entry, inbox_entry, to_wire
 
-__all__ = ["inbox_page", "record_answer", "router"]
+__all__ = ["FOLD_LIMIT", "fold_long", "inbox_page", "record_answer", "router"]
 
 WAIT_SECONDS = 120.0  # how long ``?wait=true`` follows a run another worker took
 
@@ -91,11 +91,14 @@ async def inbox(
         "oldest", description="by creation time: oldest or newest first"
     ),
     messages: int = Query(3, ge=0, le=50, description="how many of the thread's last messages to include"),
+    full: bool = Query(False, description="long strings whole (else each over 4096 characters is folded)"),
     credential: Credential = Depends(caller),
 ) -> Response:
     """The reviews waiting for the caller, oldest first (or ``order=newest``), a page at a time.
 
     ``next_cursor`` continues the listing in the same order (pass the same ``order`` with it).
+    A string over :data:`FOLD_LIMIT` characters anywhere in an item is folded: its first
+    :data:`FOLD_HEAD` characters and a note of its length (``full=true`` gives it whole).
     """
     page = await inbox_page(
         _service(request),
@@ -110,7 +113,28 @@ async def inbox(
         order=order,
         messages=messages,
     )
+    if not full:
+        page["items"] = [fold_long(item) for item in page["items"]]
     return _json(page)
+
+
+FOLD_LIMIT = 4096
+"""The inbox's strings longer than this are folded unless ``full=true``."""
+FOLD_HEAD = 1000
+
+
+def fold_long(value: Any) -> Any:
+    """``value`` with each string over :data:`FOLD_LIMIT` characters cut to its head and a note."""
+    if isinstance(value, str):
+        if len(value) <= FOLD_LIMIT:
+            return value
+        note = f"[handrail: folded, {len(value)} characters in all; full=true gives the whole value]"
+        return f"{value[:FOLD_HEAD]}… {note}"
+    if isinstance(value, dict):
+        return {key: fold_long(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fold_long(item) for item in value]
+    return value
 
 
 @router.post(

@@ -156,6 +156,8 @@ def test_bulk_approve_of_three_reviews_of_one_tool(web: Web, pages: Any) -> None
         row(page, p.interrupt_id).get_by_role("checkbox").check()
     expect(page.locator("#bulk-status")).to_have_text("3 reviews of write_file ticked.")
     page.get_by_role("button", name="Approve ticked").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Approve these 3 reviews?")
+    page.get_by_role("button", name="Approve 3 reviews").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("Approved 3 of 3 reviews of write_file")
     assert accessible(page) == []
     for p in paused:

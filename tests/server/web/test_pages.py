@@ -433,7 +433,12 @@ async def test_a_reviewer_without_the_role_is_refused_everywhere_and_sees_nothin
     assert row.status_code == 204
     bulk = await client.post(
         "/inbox/bulk",
-        data={"csrf": csrf(inbox.text), "decision": "approve", "review": f'["{thread}","{interrupt}"]'},
+        data={
+            "csrf": csrf(inbox.text),
+            "decision": "approve",
+            "review": f'["{thread}","{interrupt}"]',
+            "confirmed": "yes",
+        },
     )
     assert "You may not decide this review" in bulk.text and "Approved 0 of 1" in bulk.text
     assert await site.answers(thread) == []
@@ -486,8 +491,13 @@ async def test_bulk_answers_each_review_on_its_own_and_a_failure_leaves_only_tha
     client = await site.signed_in(alice)
     page = await client.get("/inbox")
     picked = [f'["{t}","{i}"]' for t, i in [*writes, refund]]
-    reply = await client.post(
+    asked = await client.post(
         "/inbox/bulk", data={"csrf": csrf(page.text), "decision": "approve", "review": picked}
+    )
+    assert "Approve these 4 reviews?" in text_of(asked.text)
+    reply = await client.post(
+        "/inbox/bulk",
+        data={"csrf": csrf(page.text), "decision": "approve", "review": picked, "confirmed": "yes"},
     )
     shown = text_of(reply.text)
     assert reply.status_code == 200 and "Approved 2 of 4 reviews of write_file" in shown
@@ -511,7 +521,13 @@ async def test_bulk_rejects_with_the_message_and_refuses_what_it_cannot_take(
     picked = [f'["{t}","{i}"]' for t, i in writes]
     reply = await client.post(
         "/inbox/bulk",
-        data={"csrf": token_field, "decision": "reject", "message": "not today", "review": picked},
+        data={
+            "csrf": token_field,
+            "decision": "reject",
+            "message": "not today",
+            "review": picked,
+            "confirmed": "yes",
+        },
     )
     assert "Rejected 2 of 2" in text_of(reply.text)
     for thread, _ in writes:

@@ -11,7 +11,9 @@ role, so a reviewer with none of them sees nothing to decide:
   a check the JSON schema cannot show (so the page passes it and the library refuses).
 
 User messages: ``sql Q``, ``refund N`` (cents), ``write PATH CONTENT``, ``archive PATH``,
-``two`` (one turn with a refund and a file write, reviewed together).
+``two`` (one turn with a refund and a file write, reviewed together), ``big N`` (a file
+write whose content is N characters, made here: a request that large could not be sent),
+``emoji`` (a file write whose content holds an emoji sequence and an em dash).
 """
 
 from __future__ import annotations
@@ -99,6 +101,16 @@ def next_turn(messages: list[Any]) -> AIMessage:
         return AIMessage("", tool_calls=[{"name": "write_file", "args": {"path": path, "content": content}}])
     if word == "archive":
         return AIMessage("", tool_calls=[{"name": "archive", "args": {"path": rest}}])
+    if word == "big":
+        content = ("0123456789abcdef" * (int(rest) // 16 + 1))[: int(rest)]
+        return AIMessage(
+            "", tool_calls=[{"name": "write_file", "args": {"path": "/tmp/big", "content": content}}]
+        )
+    if word == "emoji":
+        content = "hello \U0001f469\u200d\U0001f4bb \u2014 \U0001f44d"
+        return AIMessage(
+            "", tool_calls=[{"name": "write_file", "args": {"path": "/tmp/emoji", "content": content}}]
+        )
     if word == "two":
         refund_args = {"payment_id": "pay_1", "amount_cents": 700, "reason": "other"}
         calls = [

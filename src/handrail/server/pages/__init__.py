@@ -2,7 +2,8 @@
 
 One module per concern: ``signin`` (tokens, one-time links, sessions), ``inbox`` (the
 list, live rows), ``review`` (one review, its form, what became of it), ``bulk``,
-``thread`` (conversation and audit trail); ``render`` makes every page (templates,
+``thread`` (conversation and audit trail), ``raw`` (the whole of a folded value);
+``render`` makes every page (templates,
 headers, CSRF, errors), ``forms`` builds edit forms from a tool's JSON schema and reads
 them back typed, ``shape`` reads what a review asks, ``lookup`` where it stands, and
 ``markup`` shows untrusted values as text. Templates are in ``server/templates``, the
@@ -14,10 +15,11 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
-from handrail.server.pages import bulk, inbox, review, signin, thread
+from handrail.server.pages import bulk, inbox, raw, review, signin, thread
+from handrail.server.pages.errors import HtmlErrors
 from handrail.server.pages.render import STATIC, StaticFiles, error_page, html, session_visitor
 
-__all__ = ["install"]
+__all__ = ["HtmlErrors", "install"]
 
 _fallback = APIRouter(include_in_schema=False)
 
@@ -32,6 +34,8 @@ async def not_found(request: Request, rest: str) -> Response:
 def install(app: FastAPI) -> None:
     """Serve the web inbox from ``app``: its pages, its static files, its fallback page."""
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
-    for module in (signin, inbox, review, bulk, thread):
+    for module in (signin, inbox, review, bulk, thread, raw):
         app.include_router(module.router)
     app.include_router(_fallback)
+    # Errors answered before a page's route runs (413, 429) are pages too: add
+    # ``HtmlErrors`` outside every other middleware (``app.py`` does, last).

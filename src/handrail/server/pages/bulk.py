@@ -9,6 +9,10 @@ others answered. A bulk answer is only decisions: it never carries a grant (SPEC
 
 Only reviews whose calls are all of one tool, and the same tool for all, are taken;
 an ``outcome_unknown`` review (a call that may have run already) is answered alone.
+
+Nothing is answered on the first post: it shows what would be approved or rejected
+(each review's tool, arguments and thread) and asks to confirm; the confirmed post
+answers, then says per review what was recorded, with a link to what ran.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from starlette.responses import Response
 
 from handrail.errors import HandrailError
 from handrail.server.pages.lookup import answer_verb, find_review, refused
+from handrail.server.pages.markup import summary
 from handrail.server.pages.render import check_csrf, html, read_form, render, service_of, visitor
 from handrail.server.pages.review import review_url
 from handrail.server.pages.shape import read_shape
@@ -64,6 +69,9 @@ async def bulk(request: Request) -> Response:
     message = (form.get("message") or [""])[-1].strip()
     picked = _picked(form)
     service = service_of(request)
+    verb = "approved" if decision == "approve" else "rejected"
+    if (form.get("confirmed") or [""])[-1] != "yes":
+        return await _confirm(request, picked, decision, message, verb)
     results: list[dict[str, Any]] = []
     tool: str | None = None
     for thread_id, interrupt_id in picked:
@@ -111,6 +119,11 @@ async def bulk(request: Request) -> Response:
             continue
         result["ok"] = True
         result["verb"] = answer_verb(answer)
+        result["decided_url"] = review_url(thread_id, interrupt_id) + "/decided"
+        try:
+            result["recorded"] = (await find_review(service, thread_id, interrupt_id)).recorded()
+        except Problem:
+            result["recorded"] = f"Recorded: {result['verb']}."
     done = sum(1 for r in results if r["ok"])
     return render(
         request,
@@ -119,6 +132,45 @@ async def bulk(request: Request) -> Response:
         me=me,
         results=results,
         done=done,
-        verb="approved" if decision == "approve" else "rejected",
+        verb=verb,
         tool=tool,
+        confirm=None,
+    )
+
+
+async def _confirm(
+    request: Request, picked: list[tuple[str, str]], decision: str, message: str, verb: str
+) -> Response:
+    """The step before a bulk answer: each ticked review as it stands, and one button to confirm."""
+    me = visitor(request)
+    service = service_of(request)
+    listed: list[dict[str, Any]] = []
+    for thread_id, interrupt_id in picked:
+        item: dict[str, Any] = {
+            "thread_id": thread_id,
+            "value": orjson.dumps([thread_id, interrupt_id]).decode(),
+            "url": review_url(thread_id, interrupt_id),
+            "calls": [],
+            "note": None,
+        }
+        listed.append(item)
+        try:
+            review = await find_review(service, thread_id, interrupt_id)
+        except Problem as exc:
+            item["note"] = exc.detail
+            continue
+        shape = read_shape(review.value, review.agent)
+        item["calls"] = [(c.name, summary(c.args)) for c in shape.calls]
+        if review.status != "pending":
+            item["note"] = review.notice()
+    return render(
+        request,
+        "bulk.html",
+        title="Confirm the bulk answer",
+        me=me,
+        confirm={"decision": decision, "message": message, "items": listed},
+        verb=verb,
+        results=[],
+        done=0,
+        tool=None,
     )

@@ -5,7 +5,10 @@ when long or multi-line), a number or an integer a number box, a boolean a check
 an enum a list of its values, an object a group of fields, an array of simple values a
 list of boxes; anything else (``anyOf``, arrays of objects, free-form objects) is a
 JSON text area. Optional arguments and ``null``-able ones get a choice of sending the
-value, leaving it out or sending ``null``.
+value, leaving it out or sending ``null``. A value too long for a page (over
+``markup.FOLD_LIMIT`` characters) is not put in its box: the field offers to keep the
+proposed value (the server takes it from the review, so nothing long is sent back) or
+to replace it with what is typed.
 
 Values come back as the schema's types, never as strings: a number field gives a
 number (``5``, not ``"5"``), an enum option its own JSON value. What cannot be read
@@ -13,7 +16,7 @@ number (``5``, not ``"5"``), an enum option its own JSON value. What cannot be r
 is sent; what can be read still goes through the library's own check (SPEC rule 5).
 
 Form names: ``v:<call>:<path>`` holds a value, ``s:<call>:<path>`` its choice (``set``,
-``omit``, ``null``), where ``<path>`` is the JSON array of keys and indexes from the
+``omit``, ``null``, ``keep``), where ``<path>`` is the JSON array of keys and indexes from the
 arguments to the field. The page's script reads them the same way.
 """
 
@@ -27,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from handrail.server.pages.markup import HIDDEN, json_text
+from handrail.server.pages.markup import FOLD_LIMIT, HIDDEN, json_text
 
 __all__ = ["FieldSpec", "Form", "FormError", "build_fields", "read_fields", "resolve"]
 
@@ -75,6 +78,8 @@ class FieldSpec:
     raw: str = ""
     checked: bool = False
     error: str | None = None
+    kept: Any = None
+    kept_size: int = 0
 
     @property
     def name(self) -> str:
@@ -89,7 +94,7 @@ class FieldSpec:
     @property
     def choices(self) -> list[str]:
         """The choices this field offers besides sending a value (empty: none)."""
-        out = []
+        out = ["keep"] if self.kept_size else []
         if not self.required:
             out.append("omit")
         if self.nullable:
@@ -278,7 +283,14 @@ def _field(
         spec.item = _field(call, template, resolved.get("items"), root, _ABSENT, required=True, label=label)
     else:
         spec.raw, spec.checked = _raw(kind, value)
+        _keep_if_long(spec, value)
     return spec
+
+
+def _keep_if_long(spec: FieldSpec, value: Any) -> None:
+    """A value too long for the page: kept as proposed unless the reviewer replaces it."""
+    if spec.kind in ("string", "text", "json") and len(spec.raw) > FOLD_LIMIT:
+        spec.kept, spec.kept_size, spec.raw, spec.state = value, len(spec.raw), "", "keep"
 
 
 def build_fields(call: int, schema: Mapping[str, Any] | None, args: Any) -> FieldSpec:
@@ -293,6 +305,7 @@ def build_fields(call: int, schema: Mapping[str, Any] | None, args: Any) -> Fiel
             return _field(call, (), schema, schema, args or {}, required=True, label="arguments")
     whole = FieldSpec(call, (), "arguments", "json", True, False, "", {})
     whole.raw = json_text(args)
+    _keep_if_long(whole, args)
     return whole
 
 
@@ -333,7 +346,8 @@ def read_fields(spec: FieldSpec, form: Form) -> tuple[Any, list[FormError]]:
 
 
 def _read(spec: FieldSpec, values: dict[Path, str], states: dict[Path, str], errors: list[FormError]) -> Any:
-    state = states.get(spec.path, "set") if spec.choices else "set"
+    # a kept long value whose choice was not sent (its form was switched off) stays kept
+    state = states.get(spec.path, "keep" if spec.kept_size else "set") if spec.choices else "set"
     if state not in ("set", *spec.choices):
         state = "set"
     spec.state = state
@@ -373,6 +387,8 @@ def _read(spec: FieldSpec, values: dict[Path, str], states: dict[Path, str], err
         return _chosen(state, items)
     spec.raw = raw
     spec.checked = spec.kind == "boolean" and raw == "true"
+    if state == "keep":
+        return spec.kept
     if state != "set":
         return None
     try:

@@ -162,7 +162,19 @@ def row_of(item: Mapping[str, Any]) -> dict[str, Any]:
         # Bulk answers take reviews of one tool; an outcome_unknown one is answered alone.
         "bulk_tool": single_tool if item.get("kind") == "interrupt" and calls else None,
         "bulk_value": json_text([thread, interrupt], indent=False),
+        "bulk_why": _not_bulk(item, tools, bool(calls)),
     }
+
+
+def _not_bulk(item: Mapping[str, Any], tools: list[str], calls: bool) -> str | None:
+    """Why a row has no box to tick for a bulk answer (None: it has one)."""
+    if item.get("kind") == "outcome_unknown":
+        return "a call that may have run already is answered on its page"
+    if not calls:
+        return "a question of the agent's own is answered on its page"
+    if len(tools) != 1:
+        return "reviews of several tools are answered on their page"
+    return None
 
 
 def _matches(item: Mapping[str, Any], words: list[str]) -> bool:

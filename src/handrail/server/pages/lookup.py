@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from handrail._message_display import reviewer_content
 from handrail.agent import Agent
 from handrail.review import reviewer_id
 from handrail.server.service import Service
@@ -154,6 +155,8 @@ class CallOutcome:
     proposed: Any = None
     result: str | None = None
     status: str | None = None
+    started_seq: int | None = None
+    finished_seq: int | None = None
 
     @property
     def edited(self) -> bool:
@@ -172,8 +175,9 @@ class Outcome:
 
 
 def _content(message: Any) -> str:
+    """A message's content as a reviewer reads it (a tool's own result, without the edit notice)."""
     wire = to_wire(message)
-    content = wire.get("content") if isinstance(wire, Mapping) else wire
+    content = reviewer_content(wire)[0] if isinstance(wire, Mapping) else wire
     if isinstance(content, str):
         return content
     from handrail.server.pages.markup import json_text
@@ -198,11 +202,13 @@ def outcome_after(review: ReviewAt, running: bool, tool_call_ids: Sequence[str |
         call = by_id.setdefault(entry.tool_call_id, CallOutcome(entry.tool_call_id, entry.tool or "", False))
         if entry.event == "tool_started":
             call.ran = True
+            call.started_seq = entry.seq
             call.args = entry.args
             proposed = entry.proposed
             call.proposed = proposed.get("args") if isinstance(proposed, Mapping) else None
         elif entry.event == "tool_finished":
             call.result = _content(entry.result)
+            call.finished_seq = entry.seq
             call.status = str(getattr(entry.result, "status", None) or "success")
     out.calls = [by_id[t] for t in wanted if t in by_id]
     finished = all(by_id.get(t) is not None and by_id[t].result is not None for t in wanted)

@@ -29,6 +29,7 @@ from fastapi import Request
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from handrail._message_display import reviewer_content
 from handrail.errors import (
     ConflictError,
     HandrailError,
@@ -39,7 +40,7 @@ from handrail.errors import (
 )
 from handrail.server.auth import session_credential
 from handrail.server.pages import markup
-from handrail.server.problems import Problem
+from handrail.server.problems import Problem, _TooLarge
 from handrail.server.service import Service
 from handrail.server.sessions import SESSION_COOKIE
 from handrail.server.tokens import Credential
@@ -51,8 +52,10 @@ __all__ = [
     "StaticFiles",
     "Visitor",
     "check_csrf",
+    "error_page",
     "html",
     "path_part",
+    "raw_url",
     "read_form",
     "render",
     "secure",
@@ -87,6 +90,11 @@ def path_part(value: Any) -> str:
     return quote(str(value), safe="")
 
 
+def raw_url(thread_id: str, source: str) -> str:
+    """The raw view (``raw.py``) of ``source`` (``e<seq>`` or ``m<n>``) of a thread; pages add ``&path=``."""
+    return f"/inbox/threads/{path_part(thread_id)}/raw?at={quote(source, safe='')}"
+
+
 def static_url(name: str) -> str:
     """The URL of one of the pages' static files (scripts import each other by these names)."""
     return f"/inbox/static/{name}"
@@ -113,6 +121,8 @@ def _environment() -> Environment:
     )
     env.filters.update(
         highlight=markup.highlight_json,
+        fold_text=markup.fold_text,
+        reviewer_content=reviewer_content,
         visible=markup.visible,
         summary=markup.summary,
         one_line=markup.one_line,
@@ -121,7 +131,7 @@ def _environment() -> Environment:
         json=markup.json_text,
         part=path_part,
     )
-    env.globals.update(static=static_url, line_diff=markup.line_diff)
+    env.globals.update(static=static_url, line_diff=markup.line_diff, raw_url=raw_url)
     return env
 
 
@@ -248,9 +258,21 @@ def _same(expected: str, sent: str) -> bool:
     return SessionStore.matches(expected, sent)
 
 
-def error_page(request: Request, status: int, message: str, signed_in: Visitor | None = None) -> HTMLResponse:
-    """A plain page that says what went wrong."""
-    titles = {400: "Not understood", 401: "Sign in", 403: "Not allowed", 404: "Not found", 409: "Conflict"}
+def error_page(
+    request: Request, status: int, message: str, signed_in: Visitor | None = None, *, back: str | None = None
+) -> HTMLResponse:
+    """A plain page that says what went wrong (with ``back``: a link to the page to go back to)."""
+    titles = {
+        400: "Not understood",
+        401: "Sign in",
+        403: "Not allowed",
+        404: "Not found",
+        405: "Not understood",
+        409: "Conflict",
+        413: "Too large to send",
+        422: "Not accepted",
+        429: "Too many requests",
+    }
     return render(
         request,
         "error.html",
@@ -258,6 +280,7 @@ def error_page(request: Request, status: int, message: str, signed_in: Visitor |
         title=titles.get(status, "Something went wrong"),
         message=message,
         me=signed_in,
+        back=back,
     )
 
 
@@ -289,6 +312,8 @@ def html(route: Route) -> Route:
             return error_page(request, 401, "Your session ended. Sign in again, then repeat what you did.")
         except Problem as exc:
             return error_page(request, exc.status, exc.detail, session_visitor(request))
+        except _TooLarge:
+            raise  # the body limit answers it (413), and HtmlErrors makes that a page
         except HandrailError as exc:
             status = _status_of(exc)
             if status != 500:

@@ -24,21 +24,24 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from handrail.errors import AlreadyAnsweredError, InvalidDecisionError
+from handrail.review.policy import DEFAULT_DESCRIPTION_PREFIX
 from handrail.server.access import require
 from handrail.server.pages.forms import FieldSpec, build_fields, read_fields
 from handrail.server.pages.lookup import ReviewAt, find_review, live_end, outcome_after, refused, running_here
+from handrail.server.pages.markup import folded
 from handrail.server.pages.render import (
     Visitor,
     check_csrf,
     html,
     path_part,
+    raw_url,
     read_form,
     redirect,
     render,
     service_of,
     visitor,
 )
-from handrail.server.pages.shape import DECISION_LABELS, ReviewShape, read_shape
+from handrail.server.pages.shape import DECISION_LABELS, CallReview, ReviewShape, read_shape
 from handrail.server.problems import Problem
 from handrail.server.reviews import inbox_page, record_answer
 from handrail.server.service import Service
@@ -89,20 +92,57 @@ async def _neighbours(
     }
 
 
-def _last_messages(review: ReviewAt, count: int = LAST_MESSAGES) -> list[dict[str, Any]]:
+def _last_messages(review: ReviewAt, count: int = LAST_MESSAGES) -> list[tuple[int, dict[str, Any]]]:
+    """The conversation's last messages, each with its number in the thread (for raw links)."""
     messages = list(review.state.values.get("messages") or [])
-    return [m for m in to_wire(messages[-count:]) if isinstance(m, dict)]
+    first = max(0, len(messages) - count)
+    wired = [(first + n, to_wire(m)) for n, m in enumerate(messages[first:])]
+    return [(n, m) for n, m in wired if isinstance(m, dict)]
 
 
 def _page_data(review: ReviewAt, shape: ReviewShape) -> dict[str, Any]:
-    """What the page's script needs: each call's arguments and schema (for checks and the diff)."""
+    """What the page's script needs: each call's arguments (long values folded) and schema."""
     return {
         "thread_id": review.thread_id,
         "interrupt_id": review.interrupt_id,
         "calls": [
-            {"index": c.index, "name": c.name, "args": to_wire(c.args), "schema": to_wire(c.schema)}
+            {"index": c.index, "name": c.name, "args": folded(to_wire(c.args)), "schema": to_wire(c.schema)}
             for c in shape.calls
         ],
+    }
+
+
+def _own_description(call: CallReview) -> str:
+    """The policy's description of a call, unless it is the default one (the arguments again)."""
+    head, found, _ = call.description.partition(f"\n\nTool: {call.name}\nArgs: ")
+    if found:
+        return "" if head.strip() == DEFAULT_DESCRIPTION_PREFIX else head
+    return call.description
+
+
+def abouts(review: ReviewAt, shape: ReviewShape) -> dict[int, dict[str, Any]]:
+    """Per call: the tool's own description, the policy's (when not the default), where its arguments are."""
+    out = {}
+    for call in shape.calls:
+        tool = review.agent.tools.get(call.name)
+        at = (
+            ["value", "action_requests", call.index, "args"] if shape.kind == "batched" else ["value", "args"]
+        )
+        out[call.index] = {
+            "doc": str(getattr(tool, "description", "") or ""),
+            "note": _own_description(call),
+            "at": at,
+        }
+    return out
+
+
+def page_links(review: ReviewAt, shape: ReviewShape) -> dict[str, Any]:
+    """What a page needs to link folded values to their raw view, and the calls under review."""
+    thread = review.thread_id
+    return {
+        "raw": raw_url(thread, f"e{review.asked.seq}") if review.asked else None,
+        "raw_of": lambda n: raw_url(thread, f"m{n}"),
+        "reviewed": {c.tool_call_id for c in shape.calls if c.tool_call_id},
     }
 
 
@@ -141,6 +181,8 @@ async def _show(
         asked_at=review.asked.at if review.asked else None,
         neighbours=await _neighbours(service, me, review.thread_id, review.interrupt_id),
         data=_page_data(review, shape),
+        abouts=abouts(review, shape),
+        **page_links(review, shape),
         after=after,
         action=review_url(review.thread_id, review.interrupt_id),
     )
@@ -178,12 +220,14 @@ async def _settled(
         outcome=outcome,
         conflict=conflict,
         mine=mine and not conflict,
+        again=mine and conflict,
         notice=review.notice(),
         last_messages=_last_messages(review),
         pending_here=pending_here,
         neighbours=await _neighbours(service, me, review.thread_id, review.interrupt_id),
         after=after,
         outcome_url=review_url(review.thread_id, review.interrupt_id) + "/outcome",
+        **page_links(review, shape),
         answers=_answers(shape, review.answered.value if review.answered else None),
     )
 

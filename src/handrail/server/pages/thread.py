@@ -16,10 +16,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from handrail._message_display import reviewer_content
 from handrail.review import reviewer_id
 from handrail.server.pages.lookup import answer_verb, refused
 from handrail.server.pages.markup import summary
-from handrail.server.pages.render import html, path_part, render, secure, service_of, visitor
+from handrail.server.pages.render import html, path_part, raw_url, render, secure, service_of, visitor
 from handrail.server.pages.review import review_url
 from handrail.server.pages.shape import read_shape
 from handrail.server.wire import audit_csv, audit_entry, to_wire
@@ -33,7 +34,7 @@ router = APIRouter(include_in_schema=False)
 def _content(result: Any) -> tuple[str, str | None]:
     wire = to_wire(result)
     if isinstance(wire, Mapping):
-        content = wire.get("content")
+        content = reviewer_content(wire)[0]  # a tool's own result, not the notice for the model
         text = content if isinstance(content, str) else summary(content, 2000)
         return text, str(wire.get("status") or "") or None
     return summary(wire, 2000), None
@@ -60,11 +61,17 @@ def trail_rows(entries: list[AuditEntry]) -> list[dict[str, Any]]:
             if proposed is not None and proposed != e.args:
                 row["label"] = "ran, edited"
                 row["diff"] = (proposed, e.args)
-        else:
+        elif e.event == "tool_finished":
             text, status = _content(e.result)
             row["label"] = "outcome" + (f" ({status})" if status else "")
             row["what"] = f"{e.tool}: {text}"
             row["status"] = status
+        else:  # a change to the thread (input, an update, a fork...) or what the runtime saw
+            row["label"] = e.event.replace("_", " ")
+            row["who"] = reviewer_id(e.by) if isinstance(e.by, Mapping) else None
+            shown = e.value if e.value is not None else e.result
+            if shown is not None:
+                row["what"] = summary(to_wire(shown), 300)
         rows.append(row)
     return rows
 
@@ -103,7 +110,13 @@ async def thread_page(request: Request, thread_id: str) -> Response:
         assistant=assistant,
         metadata=to_wire(metadata),
         thread_status=record.status if record else "idle",
-        messages=[m for m in to_wire(list(state.values.get("messages") or [])) if isinstance(m, dict)],
+        messages=[
+            (n, m)
+            for n, m in enumerate(to_wire(list(state.values.get("messages") or [])))
+            if isinstance(m, dict)
+        ],
+        raw_of=lambda source: raw_url(thread_id, source),
+        log_length=record.head_seq if record else None,
         pending=pending,
         trail=trail_rows(trail),
         csv_url=f"/inbox/threads/{path_part(thread_id)}/audit.csv",

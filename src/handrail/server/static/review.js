@@ -32,9 +32,20 @@ function stateOf(field) {
   return select ? select.value : "set";
 }
 
+// The proposal's value at `path` (a long one folded, as the page shows it): what "keep" sends.
+function proposedAt(field, path) {
+  let value = data.calls[Number(field.dataset.call)].args;
+  for (const part of path) value = value == null ? undefined : value[part];
+  return value;
+}
+
 function readField(field, errors) {
   const path = JSON.parse(field.dataset.path);
   const state = stateOf(field);
+  if (state === "keep") {
+    errors.kept = [...(errors.kept || []), JSON.stringify(path)];
+    return proposedAt(field, path);
+  }
   if (state === "omit") return OMIT;
   if (state === "null") return null;
   const kind = field.dataset.kind;
@@ -162,7 +173,13 @@ function refreshEdit(index) {
   const errors = [];
   const args = editedArgs(index, errors);
   const call = data.calls[index];
-  if (call.schema && errors.length === 0) check(call.schema, args, call.schema, [], errors);
+  if (call.schema && errors.length === 0) {
+    // a kept long value is the proposal's, folded here: the server checks the whole of it
+    const kept = errors.kept || [];
+    const found = [];
+    check(call.schema, args, call.schema, [], found);
+    errors.push(...found.filter((e) => !kept.some((k) => JSON.stringify(e.path).startsWith(k.slice(0, -1)))));
+  }
   const { first, unplaced } = showErrors(index, errors);
   if (!errors.length) showDiff(index, args);
   return { ok: errors.length === 0, first, unplaced };
@@ -180,6 +197,7 @@ function applyDecision(section) {
   const message = section.querySelector("[data-message]");
   if (edit) edit.hidden = decision !== "edit";
   if (message) message.hidden = decision !== "reject" && decision !== "respond";
+  if (edit) applyStates(); // the edit fields are sent only with an edit
   if (edit && decision === "edit") refreshEdit(Number(section.dataset.call));
 }
 
@@ -187,7 +205,8 @@ function applyStates() {
   // A field whose own choice is "leave it out" or "send null" switches off everything inside it.
   const controls = form.querySelectorAll("[data-field] input, [data-field] select, [data-field] textarea, [data-field] button");
   for (const element of controls) {
-    let off = false;
+    const section = element.closest("section.call[data-call]");
+    let off = Boolean(section && decisionOf(section) !== "edit");
     for (let f = element.closest("[data-field]"); f && !off; f = f.parentElement ? f.parentElement.closest("[data-field]") : null) {
       const own = [...f.querySelectorAll("select[data-state]")].find((s) => ownedBy(f, s));
       off = Boolean(own && own !== element && own.value !== "set");
