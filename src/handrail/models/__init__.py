@@ -105,8 +105,10 @@ def init_chat_model(model: str, *, model_provider: str | None = None, **options:
         )
     if provider in _CUSTOM:
         return _CUSTOM[provider](name, **options)
-    if provider == "scripted":
-        return ScriptedModel(options.pop("responses", ()))
+    if provider == "scripted":  # loaded on first use, as the name is (module __getattr__)
+        from handrail.models.scripted import ScriptedModel as Scripted
+
+        return Scripted(options.pop("responses", ()))
     entry = _PROVIDERS.get(provider)
     if entry is None:
         raise ConfigurationError(
