@@ -27,7 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from handrail._message_display import visible
+from handrail._message_display import reviewer_content, visible
 from handrail._review_answer import EDIT_RULE, CommandError, answer
 from handrail._review_display import (
     FOLD_AT,
@@ -259,7 +259,7 @@ def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     lines = [
         Text.assemble(
             safe_text(f"{m.get('type', '?')}: ", style="bold"),
-            safe_text(long(m.get("content")), newlines=True)
+            safe_text(long(reviewer_content(m)[0]), newlines=True)
             if m.get("content")
             else safe_text(long(m.get("tool_calls"))),
         )
@@ -374,7 +374,7 @@ def _what(entry: dict[str, Any]) -> str:
         return f"the log ended at record {value.get('head_seq')}; {sealed}"
     if entry["event"] in ("answered", "review_requested"):
         return _short(entry.get("value"), 70)
-    return _short(entry.get("args") or (entry.get("result") or {}).get("content"), 70)
+    return _short(entry.get("args") or reviewer_content(entry.get("result") or {})[0], 70)
 
 
 _COMMANDS = {

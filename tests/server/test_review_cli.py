@@ -74,6 +74,11 @@ def test_edit_reject_and_respond(store_flags: list[str], capsys: pytest.CaptureF
     assert main(["edit", file_review, "--args", '{"path": "safe.txt", "content": "y"}', *store_flags]) == 0
     assert served_agent.RAN == [("write_file", {"path": "safe.txt", "content": "y"})]
     capsys.readouterr()
+    assert main(["show", "file-1", *store_flags]) == 0  # the tool's own result, not the model's notice
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "tool: Note: a human reviewer" not in shown and "tool: wrote safe.txt" in shown, shown
+    assert main(["audit", "file-1", *store_flags]) == 0
+    assert "a human reviewer replaced" not in capsys.readouterr().out
     assert main(["respond", sql_review, *store_flags, "--role", "dba"]) == 2  # --message is required
     assert main(["reject", sql_review, "-m", "not today", *store_flags, "--role", "dba"]) == 0
     assert "not today" in capsys.readouterr().out
