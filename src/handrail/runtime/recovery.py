@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from handrail.review import OUTCOME_DECISIONS
@@ -30,7 +30,11 @@ if TYPE_CHECKING:
 
 __all__ = ["unfinished_tool_interrupts", "worker_name"]
 
-_HOST = socket.gethostname()
+@cache
+def _host() -> str:
+    import socket  # here, not at import: `import handrail` loads no network modules
+
+    return socket.gethostname()
 
 
 def worker_name() -> str:
@@ -38,7 +42,7 @@ def worker_name() -> str:
 
     Read at each call, so a forked child names itself, not its parent.
     """
-    return f"{_HOST}:{os.getpid()}"
+    return f"{_host()}:{os.getpid()}"
 
 
 def _outcome_unknown_id(thread_id: str, started: StartedTool) -> str:

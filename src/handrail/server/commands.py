@@ -175,12 +175,12 @@ def _tokens(args: argparse.Namespace, console: Console) -> int:
             console.print(token, soft_wrap=True, highlight=False)
             return 0
         if args.tokens_command == "list":
-            # ids and times are never cut to fit 80 columns; names and roles wrap instead
+            # ids, scopes and times are never cut to fit 80 columns; names and roles wrap instead
             table = Table(
                 id_column("id"),
                 text_column("name"),
                 text_column("roles"),
-                text_column("scopes"),
+                id_column("scopes"),
                 time_column("created (UTC)"),
                 time_column("revoked"),
             )
