@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint typecheck bench clean install
+.PHONY: demo test test-slow lint typecheck bench clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +30,16 @@ demo: $(DEMO_STAMP)
 # scripts/run_tests.py sets up PostgreSQL, PgBouncer, Chromium and the pinned npm packages
 # where it can, says in one line what it could not (and which tests skip), then runs pytest
 # in parallel. PYTEST_ARGS passes arguments on, e.g. make test PYTEST_ARGS="-k gate -n 0".
+# make test leaves the slow tests (Chromium, several processes, fault runs) to make
+# test-slow; CI (.ci/run) runs both.
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/run_tests.py $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python scripts/run_tests.py --slow $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts

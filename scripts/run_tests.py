@@ -15,9 +15,15 @@ On a fresh clone nothing but Python is set up, so before pytest this script:
 4. prints one line that says what could not be set up and which tests skip for it;
 5. runs pytest over the suite in parallel (pytest-xdist), with a summary of every skip.
 
-Arguments after ``--`` (or all arguments) go to pytest: ``make test PYTEST_ARGS="-k gate"``.
-``HANDRAIL_TEST_WORKERS`` sets the number of pytest processes (default: 2 per core, at
-least 2; ``0`` runs in this process).
+The tests marked ``serial`` (they read server-wide figures that other tests change) run
+after the others, alone. Two jobs: by default every test but the slow ones (marked
+``slow`` in tests/conftest.py: Chromium, several processes, long fault runs); ``--slow``
+runs only those (``make test-slow``), ``--all`` runs both at once. CI runs both jobs.
+Other arguments go to pytest: ``make test PYTEST_ARGS="-k gate"``.
+``HANDRAIL_TEST_WORKERS`` sets the number of pytest processes (default: one per core, at
+least 2; ``0`` runs in this process). More than one per core gains little (the suite is
+busy on the CPU) and the PostgreSQL tests of many workers at once can pass the server's
+``max_connections``.
 """
 
 from __future__ import annotations
@@ -162,22 +168,50 @@ def _workers() -> int:
     given = os.environ.get("HANDRAIL_TEST_WORKERS", "")
     if given.strip().isdigit():
         return int(given)
-    return max(2, 2 * (os.cpu_count() or 1))
+    return max(2, os.cpu_count() or 1)
+
+
+JOBS = {  # which tests each job runs, as a pytest -m expression
+    None: "not slow",
+    "--slow": "slow",
+    "--all": "",
+}
+NO_TESTS = 5  # pytest's exit code when nothing was selected
+
+
+def _and(*parts: str) -> list[str]:
+    given = [f"({p})" for p in parts if p]
+    return ["-m", " and ".join(given)] if given else []
 
 
 def main(argv: list[str]) -> int:
     args = argv[1:]
+    job = args.pop(0) if args[:1] and args[0] in JOBS else None
     if args[:1] == ["--"]:
         args = args[1:]
     missing = set_up()
+    name = "make test-slow" if job == "--slow" else "make test"
     if missing:
-        print("make test: could not set up " + "; ".join(missing) + ".", flush=True)
+        print(f"{name}: could not set up " + "; ".join(missing) + ".", flush=True)
     else:
-        print("make test: PostgreSQL, PgBouncer, Chromium and the npm packages are ready.", flush=True)
+        print(f"{name}: PostgreSQL, PgBouncer, Chromium and the npm packages are ready.", flush=True)
+    if job is None:
+        print(
+            "make test: the slow tests (Chromium, several processes, fault runs) are left to "
+            "'make test-slow'; CI runs both.",
+            flush=True,
+        )
     workers = _workers()
-    parallel = ["-n", str(workers), "--dist", "loadgroup"] if workers > 0 else []
-    command = [sys.executable, "-m", "pytest", *parallel, "-rs", *args]
-    return subprocess.call(command, cwd=ROOT)
+    pytest = [sys.executable, "-m", "pytest", "-rs"]
+    if workers == 0:
+        return subprocess.call([*pytest, *_and(JOBS[job]), *args], cwd=ROOT)
+    # in parallel, then the tests that read server-wide figures (marked serial) alone
+    parallel = ["-n", str(workers), "--dist", "loadgroup"]
+    first = subprocess.call([*pytest, *parallel, *_and(JOBS[job], "not serial"), *args], cwd=ROOT)
+    alone = subprocess.call([*pytest, "-p", "no:xdist", *_and(JOBS[job], "serial"), *args], cwd=ROOT)
+    if first == NO_TESTS or alone == NO_TESTS:
+        return alone if first == NO_TESTS else first
+    return first or alone
 
 
 if __name__ == "__main__":

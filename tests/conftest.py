@@ -85,3 +85,26 @@ def make_agent(spec_tools: list[Any]) -> AgentFactory:
         )
 
     return build
+
+
+# The slow job: tests that drive Chromium, several processes or long fault runs. `make test`
+# leaves them to `make test-slow` (CI runs both), which keeps `make test` within minutes.
+SLOW_MODULES = frozenset(
+    {
+        "tests/server/web/test_browser.py",
+        "tests/server/web/test_reviewer_day.py",
+        "tests/server/test_workers.py",
+        "tests/server/test_live_inbox.py",
+        "tests/stores/test_processes.py",
+        "tests/stores/test_fault_injection.py",
+        "tests/stores/test_sqlite_damaged_columns.py",
+        "tests/stores/test_postgres_damaged_columns.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if item.path.relative_to(root).as_posix() in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

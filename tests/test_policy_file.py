@@ -229,7 +229,7 @@ def to_toml(agents: dict[str, dict[str, Any]]) -> tuple[str, dict[tuple[str, ...
     return "\n".join(lines) + "\n", where
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(agents=policies, data=st.data())
 def test_random_policy_files_load_as_declared_and_an_unknown_key_anywhere_refuses_them(
     tmp_path: Path, agents: dict[str, dict[str, Any]], data: st.DataObject

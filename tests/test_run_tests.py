@@ -35,13 +35,26 @@ def test_what_could_not_be_set_up_is_named_with_the_tests_it_skips(
     monkeypatch.setattr(runner.subprocess, "call", lambda command, cwd: ran.append(command) or 0)
     monkeypatch.setenv("HANDRAIL_TEST_WORKERS", "3")
     assert runner.main(["run_tests.py", "--", "-k", "gate"]) == 0
-    (line,) = capsys.readouterr().out.splitlines()
+    line, slow = capsys.readouterr().out.splitlines()
+    assert "left to 'make test-slow'; CI runs both" in slow
     assert line.startswith("make test: could not set up PostgreSQL at ")
     assert "connection refused" in line and "the PostgreSQL store, service and PgBouncer tests skip" in line
     assert "Chromium (missing): the browser tests (tests/server/web) skip" in line
     assert "the JavaScript SDK tests skip" in line and "PgBouncer (" not in line
-    (command,) = ran
-    assert command[1:] == ["-m", "pytest", "-n", "3", "--dist", "loadgroup", "-rs", "-k", "gate"]
+    parallel, alone = ran
+    expected = ["-m", "pytest", "-rs", "-n", "3", "--dist", "loadgroup", "-m", "(not slow) and (not serial)"]
+    assert parallel[1:] == [*expected, "-k", "gate"]
+    assert alone[1:] == [
+        "-m",
+        "pytest",
+        "-rs",
+        "-p",
+        "no:xdist",
+        "-m",
+        "(not slow) and (serial)",
+        "-k",
+        "gate",
+    ]
 
 
 def test_everything_ready_is_said_in_one_line_and_no_workers_runs_in_one_process(
@@ -53,11 +66,25 @@ def test_everything_ready_is_said_in_one_line_and_no_workers_runs_in_one_process
     ran: list[list[str]] = []
     monkeypatch.setattr(runner.subprocess, "call", lambda command, cwd: ran.append(command) or 0)
     monkeypatch.setenv("HANDRAIL_TEST_WORKERS", "0")
-    assert runner.main(["run_tests.py"]) == 0
+    assert runner.main(["run_tests.py", "--slow"]) == 0
     assert capsys.readouterr().out == (
-        "make test: PostgreSQL, PgBouncer, Chromium and the npm packages are ready.\n"
+        "make test-slow: PostgreSQL, PgBouncer, Chromium and the npm packages are ready.\n"
     )
-    assert ran[0][1:] == ["-m", "pytest", "-rs"]
+    assert ran[0][1:] == ["-m", "pytest", "-rs", "-m", "(slow)"]
+    assert runner.main(["run_tests.py", "--all", "-x"]) == 0
+    assert ran[1][1:] == ["-m", "pytest", "-rs", "-x"]
+
+
+def test_a_job_fails_when_either_phase_fails_and_an_empty_phase_is_no_failure(
+    runner: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "set_up", list)
+    monkeypatch.setenv("HANDRAIL_TEST_WORKERS", "2")
+    for codes, expected in [((0, 5), 0), ((5, 0), 0), ((1, 5), 1), ((0, 1), 1), ((5, 5), 5), ((2, 0), 2)]:
+        monkeypatch.setattr(
+            runner.subprocess, "call", lambda command, cwd, replies=iter(codes): next(replies)
+        )
+        assert runner.main(["run_tests.py"]) == expected, codes
 
 
 def test_a_database_missing_on_a_running_server_is_created(runner: ModuleType) -> None:
@@ -91,7 +118,19 @@ def test_the_npm_packages_are_pinned_by_lockfiles_in_the_repository() -> None:
         assert tracked.returncode == 0 or not (ROOT / ".git").exists(), f"{lock} is not in git"
 
 
-def test_the_makefile_runs_the_tests_through_the_runner() -> None:
+def test_the_makefile_runs_the_tests_through_the_runner_and_ci_runs_both_jobs() -> None:
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile.partition("\ntest: ")[2].partition("\n\n")[0]
     assert "scripts/run_tests.py" in recipe
+    assert "scripts/run_tests.py --slow" in makefile.partition("\ntest-slow: ")[2].partition("\n\n")[0]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "make test" in ci and "make test-slow" in ci
+
+
+def test_every_slow_module_exists() -> None:
+    # by path: under pytest-xdist the name "conftest" may be another folder's
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert all((ROOT / path).is_file() for path in module.SLOW_MODULES), module.SLOW_MODULES

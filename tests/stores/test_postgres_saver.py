@@ -193,6 +193,7 @@ def test_a_killed_process_holds_no_run(postgres: str, schema: str) -> None:
 
 
 # The inbox is answered from indexes -----------------------------------------------------------------
+@pytest.mark.slow  # 50,000 rows a table
 def test_the_inbox_queries_use_indexes(postgres: str, schema: str) -> None:
     rows = 50_000
     with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
@@ -228,7 +229,12 @@ def test_the_inbox_queries_use_indexes(postgres: str, schema: str) -> None:
             "'t' || n, n FROM generate_series(1, %s) AS n",
             (rows,),
         )
-        _sql(postgres, schema, "ANALYZE")
+        # this schema's tables only: a database-wide ANALYZE can deadlock with another test's DDL
+        _sql(
+            postgres,
+            schema,
+            "ANALYZE handrail_threads, handrail_pending, handrail_pending_tools, handrail_pending_metadata",
+        )
         now = time.time()
         filters = [
             PendingFilter(),
@@ -469,6 +475,7 @@ def _wal_syncs(writer: Any, watcher: Any) -> int:
     return int(watcher.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()[0])
 
 
+@pytest.mark.serial  # counts the server's WAL flushes: other tests' commits would add theirs
 def test_a_relaxed_append_commits_without_waiting_for_the_wal_flush(postgres: str, schema: str) -> None:
     """``durable=False`` turns synchronous_commit off for that statement's transaction only."""
     count = 60

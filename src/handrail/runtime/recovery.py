@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["unfinished_tool_interrupts", "worker_name"]
 
+
 @cache
 def _host() -> str:
     import socket  # here, not at import: `import handrail` loads no network modules
