@@ -85,7 +85,8 @@ def _find(reviews: Any, prefix: str) -> dict[str, Any]:
         if not matches:
             raise CommandError(
                 f"no review {visible(prefix)!r} waits for you, and none was found that was answered "
-                "or that others decide (see 'handrail inbox')"
+                "or that others decide; a service shows no review outside your roles or in a thread "
+                "you may not read (see 'handrail inbox')"
             )
     if len(matches) > 1:
         raise CommandError(f"{visible(prefix)!r} names {len(matches)} reviews; give more of the id")
