@@ -273,3 +273,37 @@ def test_handrail_policy_check_lints_a_file_and_checks_it_against_agents(
     assert main(["policy", "check", str(good), "--agent", "billing=policy_agents:support"]) == 1
     assert "no agent is named 'support' here" in " ".join(capsys.readouterr().err.split())
     assert main(["policy"]) == 2
+
+
+def test_create_agent_takes_a_policy_file_for_its_name_and_refuses_two_policies(tmp_path: Path) -> None:
+    path = write(tmp_path, EXAMPLE)
+    call = {"name": "refund", "args": {"payment_id": "p1", "amount_cents": 500}}
+    agent = create_agent(
+        ScriptedModel([{"content": "", "tool_calls": [call]}, {"content": "Done."}]),
+        tools=[refund, send_email, read_data],
+        checkpointer=InMemorySaver(),
+        name="support",
+        policy_file=path,
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    paused = agent.invoke({"messages": [{"role": "user", "content": "refund p1"}]}, config)
+    (interrupt,) = paused["__interrupt__"]
+    assert interrupt.value["review_configs"][0]["allowed_decisions"] == ["approve", "reject"]
+    assert interrupt.value["action_requests"][0]["description"].startswith("Refunds need")
+    with pytest.raises(ConfigurationError, match="both give the review policy"):
+        create_agent(
+            ScriptedModel([]),
+            tools=[refund, send_email, read_data],
+            middleware=[HumanInTheLoopMiddleware({"refund": True})],
+            name="support",
+            policy_file=path,
+        )
+    with pytest.raises(PolicyFileError, match="agent 'support' has no tool 'read_data'"):
+        create_agent(ScriptedModel([]), tools=[refund, send_email], name="support", policy_file=path)
+    with pytest.raises(PolicyFileError, match="has no policy for agent 'billing'"):
+        create_agent(ScriptedModel([]), tools=[refund], name="billing", policy_file=path)
+    unnamed = create_agent(ScriptedModel([]), tools=[refund, send_email, read_data], policy_file=path)
+    assert unnamed.name is None  # the file's only agent gave the policy
+    two = write(tmp_path, EXAMPLE + "\n[agents.billing.interrupt_on]\nrefund = true\n", name="two.toml")
+    with pytest.raises(PolicyFileError, match=r"holds several agents \(billing, support\)"):
+        create_agent(ScriptedModel([]), tools=[refund], policy_file=two)

@@ -7,6 +7,7 @@ and hands the work to the run loop, driven synchronously or asynchronously.
 from __future__ import annotations
 
 import contextvars
+import os
 import queue
 import threading
 import uuid
@@ -64,6 +65,7 @@ def create_agent(
     context_schema: type | None = None,
     store: Any = None,
     debug: bool = False,
+    policy_file: str | os.PathLike[str] | None = None,
 ) -> Agent:
     """Build an agent: a model that calls tools in a loop, with middleware around it.
 
@@ -86,6 +88,13 @@ def create_agent(
     ``state["structured_response"]``; ``state_schema`` adds state keys;
     ``context_schema`` types ``invoke(..., context=...)``, which hooks and tools read
     as ``runtime.context``; ``store`` is what they see as ``runtime.store``.
+
+    ``policy_file`` (``handrail.toml``, or a ``pyproject.toml`` with ``[tool.handrail]``)
+    gives the review policy instead of a ``HumanInTheLoopMiddleware`` in ``middleware``:
+    the file's table for this agent's ``name`` (or its only agent) becomes that
+    middleware, after the others. A problem in the file, or a tool it names that the
+    agent does not have, raises :class:`~handrail.review.policy_file.PolicyFileError`
+    (see docs/policies.md).
     """
     from handrail import _compat_agent
 
@@ -117,6 +126,8 @@ def create_agent(
         system_prompt = system_prompt.text
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise ConfigurationError("system_prompt must be a string or a SystemMessage")
+    if policy_file is not None:
+        middleware_list.append(_policy_middleware(policy_file, name, middleware_list, tool_map))
     for item in middleware_list:
         item.bind(tool_map)
     spec = AgentSpec(
@@ -131,6 +142,24 @@ def create_agent(
         response_format=_compat_agent.resolve_response_format(response_format, chat_model),
     )
     return Agent(spec)
+
+
+def _policy_middleware(
+    policy_file: str | os.PathLike[str],
+    name: str | None,
+    given: list[AgentMiddleware],
+    tools: Mapping[str, Tool],
+) -> AgentMiddleware:
+    """The review middleware of ``create_agent(..., policy_file=...)``: one policy, not two."""
+    from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
+    from handrail.review.policy_file import review_middleware
+
+    if any(isinstance(item, HumanInTheLoopMiddleware) for item in given):
+        raise ConfigurationError(
+            "policy_file and a HumanInTheLoopMiddleware in middleware both give the review policy; use one"
+        )
+    made: AgentMiddleware = review_middleware(os.fspath(policy_file), name, list(tools))
+    return made
 
 
 def _coerce_model(model: Any) -> ChatModel:

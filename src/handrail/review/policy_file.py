@@ -42,7 +42,7 @@ from typing import Any
 from handrail.errors import ConfigurationError
 from handrail.review.policy import _CONFIG_KEYS, _LEGACY_KEYS, _NOT_YET_KEYS, parse_policy
 
-__all__ = ["PolicyFile", "PolicyFileError", "load_policy_file"]
+__all__ = ["PolicyFile", "PolicyFileError", "load_policy_file", "review_middleware"]
 
 _AGENT_KEYS = frozenset({"interrupt_on", "description_prefix"})
 _PYTHON_ONLY = frozenset({"when"})
@@ -295,3 +295,22 @@ def _dotted(line: str, start: int) -> tuple[tuple[str, ...], str] | None:
             at += 1
             continue
         return tuple(parts), line[at:]
+
+
+def review_middleware(source: str | Path | PolicyFile, agent: str | None, tools: Collection[str]) -> Any:
+    """The ``HumanInTheLoopMiddleware`` a policy file gives ``agent`` (``create_agent(...,
+    policy_file=...)``). Without a name, the file must hold exactly one agent."""
+    from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
+
+    policies = source if isinstance(source, PolicyFile) else load_policy_file(source)
+    if agent is None:
+        if len(policies.agents) != 1:
+            named = ", ".join(sorted(policies.agents))
+            raise PolicyFileError(
+                policies.path,
+                None,
+                None,
+                f"holds several agents ({named}): name this one with create_agent(name=...)",
+            )
+        (agent,) = policies.agents
+    return HumanInTheLoopMiddleware(**policies.for_agent(agent, tools=tools))
