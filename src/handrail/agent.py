@@ -205,6 +205,25 @@ class Agent:
         )
         return bound
 
+    def with_policy_file(self, policy_file: str | os.PathLike[str], *, name: str | None = None) -> Agent:
+        """The same agent under the review policy a policy file gives it (``handrail serve
+        --policy``): the file's table for ``name`` (default: the agent's name, or the
+        file's only agent) replaces the agent's ``HumanInTheLoopMiddleware``, if it has
+        one. Raises :class:`~handrail.review.policy_file.PolicyFileError` as
+        ``create_agent(..., policy_file=...)`` does.
+        """
+        from dataclasses import replace
+
+        from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
+        from handrail.runtime.spec import FoldCache
+
+        kept = [m for m in self._spec.middleware if not isinstance(m, HumanInTheLoopMiddleware)]
+        gate = _policy_middleware(policy_file, name or self._spec.name, kept, self._spec.tools)
+        gate.bind(self._spec.tools)
+        moved = Agent(replace(self._spec, middleware=[*kept, gate], cache=FoldCache()))
+        moved._bound_config = self._bound_config
+        return moved
+
     def with_checkpointer(self, checkpointer: BaseCheckpointSaver) -> Agent:
         """The same agent keeping its threads in ``checkpointer`` (with a cache of its own).
 

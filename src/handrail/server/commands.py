@@ -50,6 +50,7 @@ def add_commands(commands: Any) -> None:
         help="serve another agent as NAME",
     )
     _store_flags(serve)
+    _policy_flag(serve)
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="the port (default: 8000; 0: any free port)")
     serve.add_argument(
@@ -80,6 +81,7 @@ def add_commands(commands: Any) -> None:
         "--agent", action="append", default=[], metavar="NAME=MODULE:AGENT", help="host another agent as NAME"
     )
     _store_flags(worker)
+    _policy_flag(worker)
     worker.add_argument(
         "--concurrency", type=_count, default=8, metavar="N", help="runs at once (default: 8)"
     )
@@ -274,6 +276,10 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     )
     where_at = f"http://{args.host}:{port}"
     console.print(f"API: {where_at}/openapi.json · web inbox: {where_at}/inbox", soft_wrap=True)
+    if args.policy is not None:
+        console.print(
+            f"Review policy: {args.policy}, for the agents it names (not the code's)", soft_wrap=True
+        )
     if not _loopback(args.host):
         console.print(
             f"Warning: listening on {args.host}, beyond this machine, over plain HTTP: tokens and "
@@ -297,6 +303,17 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _policy_flag(parser: Any) -> None:
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="the review policy of the agents from a policy file (handrail.toml or pyproject.toml's "
+        "[tool.handrail]), by their names; it replaces the policy in their code. Give workers and "
+        "services of one store the same file",
+    )
+
+
 def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], str]:
     """The agents the flags name, on the store they name (and where that is)."""
     from handrail.server.loading import load_agent, on_store, parse_agent_flag
@@ -310,8 +327,18 @@ def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], str]:
     names = [name for name, _ in named]
     if len(set(names)) != len(names):
         raise CommandError(f"two agents have the same name: {names}")
+    loaded = {name: load_agent(target) for name, target in named}
+    if getattr(args, "policy", None) is not None:
+        from handrail.review.policy_file import load_policy_file
+
+        policies = load_policy_file(args.policy)  # a PolicyFileError names file, line and key
+        policies.check({name: list(agent.tools) for name, agent in loaded.items()})
+        loaded = {
+            name: agent.with_policy_file(args.policy, name=name) if name in policies.agents else agent
+            for name, agent in loaded.items()
+        }
     store, where = _open_store(args)
-    return {name: on_store(load_agent(target), store) for name, target in named}, where
+    return {name: on_store(agent, store) for name, agent in loaded.items()}, where
 
 
 def _work(args: argparse.Namespace, console: Console) -> int:
