@@ -34,7 +34,9 @@ def test_what_could_not_be_set_up_is_named_with_the_tests_it_skips(
     ran: list[list[str]] = []
     monkeypatch.setattr(runner.subprocess, "call", lambda command, cwd: ran.append(command) or 0)
     monkeypatch.setenv("HANDRAIL_TEST_WORKERS", "3")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # restored after: main() drops it for pytest
     assert runner.main(["run_tests.py", "--", "-k", "gate"]) == 0
+    assert "PYTHONDONTWRITEBYTECODE" not in runner.os.environ  # pytest may cache what it compiles
     line, slow = capsys.readouterr().out.splitlines()
     assert "left to 'make test-slow'; CI runs both" in slow
     assert line.startswith("make test: could not set up PostgreSQL at ")
@@ -66,6 +68,7 @@ def test_everything_ready_is_said_in_one_line_and_no_workers_runs_in_one_process
     ran: list[list[str]] = []
     monkeypatch.setattr(runner.subprocess, "call", lambda command, cwd: ran.append(command) or 0)
     monkeypatch.setenv("HANDRAIL_TEST_WORKERS", "0")
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     assert runner.main(["run_tests.py", "--slow"]) == 0
     assert capsys.readouterr().out == (
         "make test-slow: PostgreSQL, PgBouncer, Chromium and the npm packages are ready.\n"
@@ -80,6 +83,7 @@ def test_a_job_fails_when_either_phase_fails_and_an_empty_phase_is_no_failure(
 ) -> None:
     monkeypatch.setattr(runner, "set_up", list)
     monkeypatch.setenv("HANDRAIL_TEST_WORKERS", "2")
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     for codes, expected in [((0, 5), 0), ((5, 0), 0), ((1, 5), 1), ((0, 1), 1), ((5, 5), 5), ((2, 0), 2)]:
         monkeypatch.setattr(
             runner.subprocess, "call", lambda command, cwd, replies=iter(codes): next(replies)
