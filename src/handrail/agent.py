@@ -127,7 +127,9 @@ def create_agent(
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise ConfigurationError("system_prompt must be a string or a SystemMessage")
     if policy_file is not None:
-        middleware_list.append(_policy_middleware(policy_file, name, middleware_list, tool_map))
+        from handrail.review.policy_file import sole_review_middleware
+
+        middleware_list.append(sole_review_middleware(policy_file, name, middleware_list, tool_map))
     for item in middleware_list:
         item.bind(tool_map)
     spec = AgentSpec(
@@ -142,24 +144,6 @@ def create_agent(
         response_format=_compat_agent.resolve_response_format(response_format, chat_model),
     )
     return Agent(spec)
-
-
-def _policy_middleware(
-    policy_file: str | os.PathLike[str],
-    name: str | None,
-    given: list[AgentMiddleware],
-    tools: Mapping[str, Tool],
-) -> AgentMiddleware:
-    """The review middleware of ``create_agent(..., policy_file=...)``: one policy, not two."""
-    from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
-    from handrail.review.policy_file import review_middleware
-
-    if any(isinstance(item, HumanInTheLoopMiddleware) for item in given):
-        raise ConfigurationError(
-            "policy_file and a HumanInTheLoopMiddleware in middleware both give the review policy; use one"
-        )
-    made: AgentMiddleware = review_middleware(os.fspath(policy_file), name, list(tools))
-    return made
 
 
 def _coerce_model(model: Any) -> ChatModel:
@@ -214,13 +198,13 @@ class Agent:
         """
         from dataclasses import replace
 
-        from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
+        from handrail.review.policy_file import review_replaced
         from handrail.runtime.spec import FoldCache
 
-        kept = [m for m in self._spec.middleware if not isinstance(m, HumanInTheLoopMiddleware)]
-        gate = _policy_middleware(policy_file, name or self._spec.name, kept, self._spec.tools)
-        gate.bind(self._spec.tools)
-        moved = Agent(replace(self._spec, middleware=[*kept, gate], cache=FoldCache()))
+        middleware = review_replaced(
+            policy_file, name or self._spec.name, self._spec.middleware, self._spec.tools
+        )
+        moved = Agent(replace(self._spec, middleware=middleware, cache=FoldCache()))
         moved._bound_config = self._bound_config
         return moved
 

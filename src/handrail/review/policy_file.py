@@ -32,9 +32,10 @@ The rules this module keeps:
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,14 @@ from typing import Any
 from handrail.errors import ConfigurationError
 from handrail.review.policy import _CONFIG_KEYS, _LEGACY_KEYS, _NOT_YET_KEYS, parse_policy
 
-__all__ = ["PolicyFile", "PolicyFileError", "load_policy_file", "review_middleware"]
+__all__ = [
+    "PolicyFile",
+    "PolicyFileError",
+    "load_policy_file",
+    "review_middleware",
+    "review_replaced",
+    "sole_review_middleware",
+]
 
 _AGENT_KEYS = frozenset({"interrupt_on", "description_prefix"})
 _PYTHON_ONLY = frozenset({"when"})
@@ -314,3 +322,30 @@ def review_middleware(source: str | Path | PolicyFile, agent: str | None, tools:
             )
         (agent,) = policies.agents
     return HumanInTheLoopMiddleware(**policies.for_agent(agent, tools=tools))
+
+
+def sole_review_middleware(
+    source: str | os.PathLike[str], agent: str | None, given: Sequence[Any], tools: Mapping[str, Any]
+) -> Any:
+    """The review middleware of ``create_agent(..., policy_file=...)``: refused beside a
+    ``HumanInTheLoopMiddleware`` of the code (one policy, not two)."""
+    from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
+
+    if any(isinstance(item, HumanInTheLoopMiddleware) for item in given):
+        raise ConfigurationError(
+            "policy_file and a HumanInTheLoopMiddleware in middleware both give the review policy; use one"
+        )
+    return review_middleware(os.fspath(source), agent, list(tools))
+
+
+def review_replaced(
+    source: str | os.PathLike[str], agent: str | None, middleware: Sequence[Any], tools: Mapping[str, Any]
+) -> list[Any]:
+    """``middleware`` with its ``HumanInTheLoopMiddleware`` (if any) replaced by the one the
+    file gives ``agent``, bound to ``tools`` (``Agent.with_policy_file``)."""
+    from handrail.middleware.human_in_the_loop import HumanInTheLoopMiddleware
+
+    kept = [m for m in middleware if not isinstance(m, HumanInTheLoopMiddleware)]
+    gate = review_middleware(os.fspath(source), agent, list(tools))
+    gate.bind(tools)
+    return [*kept, gate]
