@@ -420,6 +420,7 @@ async def test_a_review_decided_elsewhere_says_who_and_when_never_an_error_page(
 async def test_a_reviewer_without_the_role_is_refused_everywhere_and_sees_nothing(site: Site) -> None:
     alice, carol = site.token("alice", "support"), site.token("carol", "ops")
     thread, interrupt = await site.run(alice, "refund 5")
+    ran_before = list(web_agent.RAN)
     client = await site.signed_in(carol)
     inbox = await client.get("/inbox")
     assert (
@@ -440,8 +441,19 @@ async def test_a_reviewer_without_the_role_is_refused_everywhere_and_sees_nothin
             "confirmed": "yes",
         },
     )
-    assert "You may not decide this review" in bulk.text and "Approved 0 of 1" in bulk.text
+    assert "Approved 0 of 1" in bulk.text and "payment_id" not in text_of(bulk.text)
+    assert "reading thread" in text_of(bulk.text)  # the thread is not hers to read (issue 23)
+    # the confirm step shows nothing of a review whose thread she may not read
+    confirm = await client.post(
+        "/inbox/bulk",
+        data={"csrf": csrf(inbox.text), "decision": "approve", "review": f'["{thread}","{interrupt}"]'},
+    )
+    assert "payment_id" not in text_of(confirm.text) and "refund(" not in text_of(confirm.text)
+    # nor does the raw view of a folded value
+    raw = await client.get(f"/inbox/threads/{thread}/raw", params={"at": "m1", "path": "[]"})
+    assert raw.status_code == 403 and "payment_id" not in raw.text
     assert await site.answers(thread) == []
+    assert web_agent.RAN == ran_before  # nothing ran
     # a thread with no review carol may decide and no answer of hers is not hers to read (issue 23)
     thread_page = await client.get(f"/inbox/threads/{thread}")
     assert thread_page.status_code == 403 and "text/html" in thread_page.headers["content-type"]

@@ -80,10 +80,11 @@ async def bulk(request: Request) -> Response:
             "interrupt_id": interrupt_id,
             "url": review_url(thread_id, interrupt_id),
             "ok": False,
+            "tools": [],
         }
         results.append(result)
         try:
-            review = await find_review(service, thread_id, interrupt_id)
+            review = await _readable_review(service, thread_id, interrupt_id, me.credential)
         except Problem as exc:
             result["error"] = exc.detail
             continue
@@ -138,6 +139,13 @@ async def bulk(request: Request) -> Response:
     )
 
 
+async def _readable_review(service: Any, thread_id: str, interrupt_id: str, credential: Any) -> Any:
+    """The review, for a caller who may read its thread (a 403 or 404 ``Problem`` otherwise):
+    what a bulk post names is shown or answered only then, as on the review's own page."""
+    await service.readable(thread_id, credential)
+    return await find_review(service, thread_id, interrupt_id)
+
+
 async def _confirm(
     request: Request, picked: list[tuple[str, str]], decision: str, message: str, verb: str
 ) -> Response:
@@ -155,7 +163,7 @@ async def _confirm(
         }
         listed.append(item)
         try:
-            review = await find_review(service, thread_id, interrupt_id)
+            review = await _readable_review(service, thread_id, interrupt_id, me.credential)
         except Problem as exc:
             item["note"] = exc.detail
             continue
