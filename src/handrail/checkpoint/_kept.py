@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, replace
 
 from handrail.checkpoint._records import damaged, encode_by, encode_metadata
-from handrail.checkpoint._repair import Found, review_changes, review_image, thread_changes, thread_image
+from handrail.checkpoint._repair import Found, record_image, review_changes, review_image, thread_changes
 from handrail.checkpoint.base import DeletionRecord, Derived, PendingReview, ThreadRecord
 from handrail.checkpoint.seals import MISMATCH, deletion_seal, record_digest, review_seals, thread_seal
 from handrail.errors import SerializationError
@@ -117,17 +117,7 @@ def rebuilt(
 
 
 def _image(record: ThreadRecord, seal: Seal | None) -> dict[str, object]:
-    return thread_image(
-        record.head_seq,
-        record.status,
-        record.epoch,
-        record.created_at,
-        record.updated_at,
-        record.metadata,
-        len(record.pending),
-        record.head_hash,
-        seal.thread if seal is not None else None,
-    )
+    return record_image(record, record.head_hash, seal.thread if seal is not None else None)
 
 
 def _reviews(record: ThreadRecord, seal: Seal | None) -> dict[object, dict[str, object]]:

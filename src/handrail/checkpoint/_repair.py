@@ -122,6 +122,21 @@ ORPHAN = "thread row: it fails its checks and has no log (its thread id was dama
 """The change a repair reports when it removes a row :func:`without_log` condemns."""
 
 
+def record_image(record: Any, head_hash: Any, seal: Any) -> dict[str, Any]:
+    """:func:`thread_image` of the row a :class:`ThreadRecord` makes, with its head hash and seal."""
+    return thread_image(
+        record.head_seq,
+        record.status,
+        record.epoch,
+        record.created_at,
+        record.updated_at,
+        dict(record.metadata),
+        len(record.pending),
+        head_hash,
+        seal,
+    )
+
+
 def thread_image(
     head_seq: Any,
     status: Any,

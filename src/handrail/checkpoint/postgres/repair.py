@@ -19,6 +19,7 @@ from handrail.checkpoint._repair import (
     found_rows,
     index_changes,
     plan,
+    record_image,
     review_changes,
     review_image,
     thread_changes,
@@ -137,17 +138,7 @@ class RepairSQL(Tables):
         ]
         seal = bytes(written[1].rows[0][0])
         old = _thread_image(rows[0]) if rows else None
-        new = thread_image(
-            record.head_seq,
-            record.status,
-            record.epoch,
-            record.created_at,
-            record.updated_at,
-            dict(record.metadata),
-            len(record.pending),
-            head_hash,
-            seal,
-        )
+        new = record_image(record, head_hash, seal)
         sealed = review_seals(record, head_hash, thread_id)
         return thread_changes(old, new) + review_changes(
             {

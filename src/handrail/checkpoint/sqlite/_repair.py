@@ -23,6 +23,7 @@ from handrail.checkpoint._repair import (
     found_rows,
     index_changes,
     plan,
+    record_image,
     review_changes,
     review_image,
     thread_changes,
@@ -98,17 +99,7 @@ def _rewrite(
     write = _Write(thread_id, [], record.head_seq, record, metadata, None, None, True)
     write.seal_to(head_hash)
     old = _thread_image(rows[0]) if rows else None
-    new = thread_image(
-        record.head_seq,
-        record.status,
-        record.epoch,
-        record.created_at,
-        record.updated_at,
-        dict(record.metadata),
-        len(record.pending),
-        head_hash,
-        write.seal,
-    )
+    new = record_image(record, head_hash, write.seal)
     changes = thread_changes(old, new)
     changes += review_changes(
         {row[0]: review_image(row[5], row[1], row[2], row[3], row[4], row[6]) for row in reviews},
