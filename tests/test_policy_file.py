@@ -99,10 +99,16 @@ def test_a_policy_file_gates_the_agent_as_the_same_policy_in_code_does(tmp_path:
     [
         (('reviewers = ["support"]', 'reviewrs = ["support"]'), 11, "refund.reviewrs", "unknown key"),
         (
-            ('reviewers = ["support"]', "expires_after = 3600"),
+            ('reviewers = ["support"]', 'expires_after = "soon"'),
             11,
             "refund.expires_after",
-            "does not enforce yet",
+            "cannot read the duration",
+        ),
+        (
+            ('reviewers = ["support"]', "required_approvals = 0"),
+            11,
+            "refund.required_approvals",
+            "whole number from 1",
         ),
         (('reviewers = ["support"]', 'when = "amount > 10"'), 11, "refund.when", "Python callable"),
         (('reviewers = ["support"]', "reviewers = []"), 11, "refund.reviewers", "non-empty list"),

@@ -179,19 +179,38 @@ async def test_adecide_and_the_async_inbox_check_the_same_roles(
 @pytest.mark.parametrize(
     "key, value",
     [
-        ("required_approvals", 2),
-        ("expires_after", 60),
-        ("allow_self_approval", False),
-        ("on_expiry", "reject"),
-        ("grantable", False),
+        ("required_approvals", 0),
+        ("required_approvals", True),
+        ("required_approvals", 2.0),
+        ("required_approvals", 101),
+        ("expires_after", 0),
+        ("expires_after", -5),
+        ("expires_after", float("nan")),
+        ("expires_after", "1h"),
+        ("expires_after", 10**9),
+        ("allow_self_approval", "no"),
+        ("grantable", 0),
     ],
 )
-def test_policy_keys_not_enforced_yet_are_refused_not_ignored(
+def test_a_malformed_rule_13_to_16_key_is_refused_naming_it(
     make_agent: AgentFactory, key: str, value: Any
 ) -> None:
-    """§5.1: a key this version does not enforce is refused, never silently ignored."""
+    """§5.1: a value the policy cannot read is an error naming the key, never a default."""
     with pytest.raises(ConfigurationError, match=key):
         make_agent([], policy={"execute_sql": {"allowed_decisions": ["approve"], key: value}})
+
+
+def test_on_expiry_needs_an_expiry_and_a_known_value(make_agent: AgentFactory) -> None:
+    base = {"allowed_decisions": ["approve"]}
+    with pytest.raises(ConfigurationError, match="on_expiry needs expires_after"):
+        make_agent([], policy={"execute_sql": {**base, "on_expiry": "approve"}})
+    with pytest.raises(ConfigurationError, match="on_expiry must be 'reject' or 'approve'"):
+        make_agent([], policy={"execute_sql": {**base, "expires_after": 60, "on_expiry": "ignore"}})
+
+
+def test_counting_approvals_needs_a_decision_that_approves(make_agent: AgentFactory) -> None:
+    with pytest.raises(ConfigurationError, match="allow neither 'approve' nor 'edit'"):
+        make_agent([], policy={"execute_sql": {"allowed_decisions": ["reject"], "required_approvals": 2}})
 
 
 @pytest.mark.parametrize("bad", [[], "dba", [""], [1], {"dba": True}])

@@ -414,6 +414,40 @@ class Agent:
         env, request = self._decision_run(thread_id, interrupt_id, answer, reviewer, channel)
         return _decision(thread_id, await self._run_async(env, request), request, interrupt_id)
 
+    def expire(self, thread_id: str, *, now: float | None = None) -> list[str]:
+        """Resolve the reviews of ``thread_id`` whose expiry has passed (SPEC rule 15), by
+        their policies' ``on_expiry``, without running anything; returns their ids.
+
+        The resolution is an answer with channel ``expiry`` and no reviewer; the thread is
+        then queued for a worker, or ``invoke(None, config)`` runs it (which also resolves
+        what has expired). ``now`` (seconds since the epoch) judges expiry at another time
+        than the clock's. A decision recorded first wins: its review is not expired
+        (rule 8). Sweeping many threads: :func:`handrail.sweep.sweep`.
+        """
+        env, request = self._expiry_run(thread_id, now)
+        before = {i.id for i in self.get_state({"configurable": {"thread_id": thread_id}}).interrupts}
+        try:
+            result = self._run_sync(env, request)
+        except ConflictError:
+            return []  # being run elsewhere: that run resolves it, or the next sweep
+        return sorted((before - {i.id for i in result.interrupts}) & set(result.answers))
+
+    async def aexpire(self, thread_id: str, *, now: float | None = None) -> list[str]:
+        """Async :meth:`expire`."""
+        env, request = self._expiry_run(thread_id, now)
+        state = await self.aget_state({"configurable": {"thread_id": thread_id}})
+        before = {i.id for i in state.interrupts}
+        try:
+            result = await self._run_async(env, request)
+        except ConflictError:
+            return []
+        return sorted((before - {i.id for i in result.interrupts}) & set(result.answers))
+
+    def _expiry_run(self, thread_id: str, now: float | None) -> tuple[Env, loop.RunRequest]:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "channel": "expiry"}}
+        env, request = self._prepare_run(None, config, frozenset())
+        return env, request._replace(record_only=True, now=now)
+
     def run_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
         """Run what is due on ``thread_id`` as ``run_id``, a run the caller claimed on the store
         (``claim_queued``: a worker, ``handrail.worker``); the claim ends with the run.
@@ -715,10 +749,9 @@ class Agent:
         filter = inbox.pending_filter(
             tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners=owners
         )
-        if reviewer is None:
-            return inbox.page_of(store.list_pending(filter), filter)
         env = Env(self._spec, store, "")
-        return inbox.page_of(drive_sync(inbox.visible_pending(env, filter, _reviewer(reviewer)), env), filter)
+        page: InterruptPage = drive_sync(inbox.listing(env, filter, _reviewer(reviewer)), env)
+        return page
 
     async def alist_interrupts(
         self,
@@ -739,11 +772,9 @@ class Agent:
         filter = inbox.pending_filter(
             tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners=owners
         )
-        if reviewer is None:
-            return inbox.page_of(await store.alist_pending(filter), filter)
         env = Env(self._spec, store, "")
-        items = await drive_async(inbox.visible_pending(env, filter, _reviewer(reviewer)), env)
-        return inbox.page_of(items, filter)
+        page: InterruptPage = await drive_async(inbox.listing(env, filter, _reviewer(reviewer)), env)
+        return page
 
     def list_threads(
         self,
@@ -1086,7 +1117,8 @@ def _decision(
     thread_id: str, result: loop.RunResult, request: loop.RunRequest, interrupt_id: str
 ) -> Decision:
     answer = result.answers.get(interrupt_id)
-    return Decision(thread_id, interrupt_id, answer, request.reviewer, request.channel)
+    approvals = result.approvals.get(interrupt_id, ())
+    return Decision(thread_id, interrupt_id, answer, request.reviewer, request.channel, approvals)
 
 
 def _checkpoint_of(config: RunnableConfig | None) -> str | None:

@@ -30,6 +30,7 @@ __all__ = [
     "InvalidInputError",
     "NotAllowedError",
     "PendingInterruptError",
+    "ReviewExpiredError",
     "SerializationError",
     "StoreUnavailableError",
     "short_repr",
@@ -145,6 +146,18 @@ class AlreadyAnsweredError(ConflictError):
         self.answered_by = answered_by
         self.answered_at = answered_at
         self.channel = channel
+
+
+class ReviewExpiredError(ConflictError):
+    """The review expired unanswered (SPEC rule 15) and can no longer be answered.
+
+    ``expired_at`` says when (an aware ``datetime``); the expiry resolved it, or will on
+    the next sweep, by the policy's ``on_expiry``. The service answers it with a 409.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, interrupt_id: str, expired_at: datetime) -> None:
+        super().__init__(message, thread_id=thread_id, interrupt_ids=(interrupt_id,))
+        self.expired_at = expired_at
 
 
 class SerializationError(HandrailError):

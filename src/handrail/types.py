@@ -127,6 +127,14 @@ class AuditEntry:
       who gave it (from ``config["configurable"]["reviewer"]``, or the service's
       credential), ``channel`` how it arrived (``"python"``, ``"http"``, ``"cli"``; None
       for answers saved before channels were recorded);
+    * ``"approval"`` - one approval of a review that needs several (SPEC rule 14), which
+      stays pending: ``value`` is the vote as cast (an approval of a call that stands at
+      an edit is saved as that edit), ``reviewer`` and ``channel`` as for an answer, and
+      ``kind`` how far the review has come, ``"1 of 2"``. The ``"answered"`` entry that
+      ends such a review has ``kind`` ``"quorum"``: its ``value`` is what the approvals
+      decided, its ``reviewer`` who gave the last one;
+    * an ``"answered"`` entry of ``kind`` ``"expired"`` (channel ``"expiry"``, no
+      reviewer): nobody answered in time and the policy's ``on_expiry`` decided (rule 15);
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit,
       as the tool's schema read them: the values the tool got), ``proposed`` is the
       call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run

@@ -77,6 +77,7 @@ from handrail.checkpoint.filters import (
 )
 
 __all__ = [
+    "NOTICE_KINDS",
     "QUEUED_RUN",
     "BaseCheckpointSaver",
     "ClaimFilter",
@@ -156,11 +157,17 @@ class ThreadRead:
     reading: StoredEvent | None = None  # with ``from_reading``: the saved reading the events follow
 
 
+NOTICE_KINDS = frozenset(
+    {"review.requested", "review.approved", "review.decided", "review.expired", "run.finished"}
+)
+"""The kinds of the feed's notices; a stored notice of any other kind is damage."""
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
     """A row for the store's feed, written with an append: what readers are told.
 
-    ``kind`` is ``"review.requested"``, ``"review.decided"`` or ``"run.finished"``;
+    ``kind`` is one of :data:`NOTICE_KINDS`;
     ``data`` is its JSON (handrail's serialisation), packed as event payloads are
     (compressed when large: ``runtime.events.decode_notice`` reads it), kept by the store
     as it is.

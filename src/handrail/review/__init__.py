@@ -51,7 +51,17 @@ from handrail.review.answers import (
     check_outcome_decision,
     is_canonical,
 )
-from handrail.review.outcome import Answer, Ask, Outcome, Result, Run, answers_from, call_digest, call_outcome
+from handrail.review.outcome import (
+    Answer,
+    Ask,
+    Outcome,
+    Result,
+    Run,
+    answers_from,
+    call_digest,
+    call_outcome,
+    expired_message,
+)
 from handrail.review.policy import (
     NO_POLICIES,
     Policies,
@@ -60,6 +70,7 @@ from handrail.review.policy import (
     reject_message,
     with_edit_notice,
 )
+from handrail.review.terms import DEFAULT_TERMS, CallTerms, expires_at, needs_count, terms_for, terms_of
 from handrail.review.who import (
     authorize,
     may_answer,
@@ -73,10 +84,12 @@ from handrail.review.who import (
 
 __all__ = [
     "ANYONE",
+    "DEFAULT_TERMS",
     "NO_POLICIES",
     "OUTCOME_DECISIONS",
     "Answer",
     "Ask",
+    "CallTerms",
     "Outcome",
     "Policies",
     "Policy",
@@ -88,14 +101,19 @@ __all__ = [
     "call_outcome",
     "check_answer",
     "check_outcome_decision",
+    "expired_message",
+    "expires_at",
     "is_canonical",
     "may_answer",
+    "needs_count",
     "parse_policy",
     "refusal",
     "reject_message",
     "reviewer_id",
     "reviewer_roles",
     "roles_required",
+    "terms_for",
+    "terms_of",
     "tool_refusal",
     "tools_asked",
     "with_edit_notice",

@@ -17,9 +17,20 @@ import orjson
 from handrail.messages import ToolCall, ToolMessage
 from handrail.review.answers import is_canonical
 from handrail.review.policy import DECISION_SOURCE, Policies, Policy, reject_message
-from handrail.review.who import tool_refusal
+from handrail.review.terms import DEFAULT_TERMS, CallTerms, terms_of
+from handrail.review.who import reviewer_id, tool_refusal
 
-__all__ = ["Answer", "Ask", "Outcome", "Result", "Run", "answers_from", "call_digest", "call_outcome"]
+__all__ = [
+    "Answer",
+    "Ask",
+    "Outcome",
+    "Result",
+    "Run",
+    "answers_from",
+    "call_digest",
+    "call_outcome",
+    "expired_message",
+]
 
 
 def call_digest(name: str, args: Any) -> str:
@@ -32,10 +43,13 @@ def call_digest(name: str, args: Any) -> str:
 class Answer(NamedTuple):
     """An answer in the log, bound to the one tool call it decides.
 
-    ``kind`` is ``"review"`` (an answer to the gate's review of the call) or
-    ``"outcome_unknown"`` (an answer to rule 9's question); ``source`` names who raised the
-    review; ``digest`` is :func:`call_digest` of the call the reviewer saw; ``action``,
-    for ``outcome_unknown``, is the call as it was started (what ``approve`` runs again).
+    ``kind`` is ``"review"`` (an answer to the gate's review of the call),
+    ``"outcome_unknown"`` (an answer to rule 9's question) or ``"expired"`` (the
+    review's expiry decided it, rule 15); ``source`` names who raised the review;
+    ``digest`` is :func:`call_digest` of the call the reviewer saw; ``action``, for
+    ``outcome_unknown``, is the call as it was started (what ``approve`` runs again);
+    ``terms`` the call's review terms when not the defaults (``CallTerms`` as a dict);
+    ``approvers`` who approved the action, for a review that counted approvals (rule 14).
     """
 
     call_id: str
@@ -47,13 +61,54 @@ class Answer(NamedTuple):
     reviewer: Any
     seq: int
     action: dict[str, Any] | None = None
+    terms: dict[str, Any] | None = None
+    approvers: list[Any] | None = None
+
+    @property
+    def call_terms(self) -> CallTerms:
+        """The terms the call's review was asked under."""
+        return CallTerms(**self.terms) if self.terms else DEFAULT_TERMS
 
 
 def answers_from(
-    interrupt_id: str, kind: str, source: str | None, value: Any, answer: Any, reviewer: Any, seq: int
+    interrupt_id: str,
+    kind: str,
+    source: str | None,
+    value: Any,
+    answer: Any,
+    reviewer: Any,
+    seq: int,
+    *,
+    terms: Any = None,
+    approvers: Mapping[str, tuple[Any, ...]] | None = None,
+    expired: frozenset[str] = frozenset(),
 ) -> list[Answer]:
     """The answers one ``resume`` event gives to tool calls: one per call the review asked
-    about. A review of another shape (an ``interrupt()`` of your own) decides no call."""
+    about. A review of another shape (an ``interrupt()`` of your own) decides no call.
+
+    ``terms``: the review's; ``approvers``: who approved each call, for a review that
+    counted approvals; ``expired``: the calls the review's expiry decided.
+    """
+    out = _bound(interrupt_id, kind, source, value, answer, reviewer, seq)
+    if terms is None and approvers is None and not expired:
+        return out
+    return [
+        bound._replace(
+            kind="expired" if bound.call_id in expired and bound.kind == "review" else bound.kind,
+            terms=_terms_dict(terms_of(terms, bound.call_id)),
+            approvers=list(approvers.get(bound.call_id, ())) if approvers is not None else None,
+        )
+        for bound in out
+    ]
+
+
+def _terms_dict(terms: CallTerms) -> dict[str, Any] | None:
+    return None if terms == DEFAULT_TERMS else terms._asdict()
+
+
+def _bound(
+    interrupt_id: str, kind: str, source: str | None, value: Any, answer: Any, reviewer: Any, seq: int
+) -> list[Answer]:
     if not isinstance(value, Mapping):
         return []
     if kind == "outcome_unknown" or value.get("type") == "tool_approval":
@@ -117,14 +172,16 @@ def call_outcome(
     used: Answer | None = None,
     started: tuple[str, Any] | None = None,
     idempotent: bool = False,
+    starter: str | None = None,
     request: Callable[[], Any],
 ) -> Outcome:
     """What ``call`` may do now (rules 9, 19 and 20).
 
     ``answer`` is the unused answer to this call on this branch, if any; ``used`` the
     answer a start of the call used, and ``started`` the ``(name, args)`` of that start,
-    when it never finished; ``request`` builds the ``ToolCallRequest`` that a policy's
-    ``when`` reads. A call to a tool the agent does not have never runs.
+    when it never finished; ``starter`` is the id of who started the run (rule 13);
+    ``request`` builds the ``ToolCallRequest`` that a policy's ``when`` reads. A call to a
+    tool the agent does not have never runs.
     """
     name = call["name"]
     if name not in tools:
@@ -137,7 +194,7 @@ def call_outcome(
             )
         )
     if answer is not None:
-        outcome = _answered(policies, tools, call, answer, started)
+        outcome = _answered(policies, tools, call, answer, started, starter)
         if outcome is not None:
             return outcome
     if used is not None and started is not None and idempotent and _trusted(policies, used):
@@ -160,18 +217,38 @@ def _answered(
     call: ToolCall,
     answer: Answer,
     started: tuple[str, Any] | None,
+    starter: str | None,
 ) -> Outcome | None:
     """What ``answer`` makes of ``call``, or None when it does not authorize it (any more)."""
-    if not _trusted(policies, answer) or (answer.kind == "review" and not is_canonical(answer.decision)):
+    if not _trusted(policies, answer) or (
+        answer.kind != "outcome_unknown" and not is_canonical(answer.decision)
+    ):
         return None
     name, call_id = call["name"], str(call["id"])
     seen = started if answer.kind == "outcome_unknown" and started is not None else (name, call["args"])
     if answer.digest != call_digest(*seen):
         return None  # the call changed since the reviewer saw it: ask again
-    if tool_refusal(policies, seen[0], answer.reviewer) is not None:
-        return None  # the policy changed since: this reviewer may not decide it now
     decision = answer.decision
     kind = decision.get("type")
+    if answer.kind == "expired":  # rule 15: nobody answered; the policy's on_expiry decides
+        if kind == "approve":
+            return Run(call)
+        marker = {"lc_source": DECISION_SOURCE, "lc_data": {"decision": "expired"}}
+        return Result(
+            ToolMessage(
+                expired_message(name, call_id),
+                tool_call_id=call_id,
+                name=name,
+                status="error",
+                additional_kwargs=marker,
+            )
+        )
+    if kind in ("approve", "edit") and answer.kind == "review":
+        target = decision.get("edited_action", {}).get("name", name) if kind == "edit" else name
+        if not _enough(policies, answer, (seen[0], target), starter):
+            return None  # rules 12-14: not approved by enough reviewers who may decide it now
+    elif tool_refusal(policies, seen[0], answer.reviewer) is not None:
+        return None  # the policy changed since: this reviewer may not decide it now
     marker = {"lc_source": DECISION_SOURCE, "lc_data": {"decision": kind}} if answer.kind == "review" else {}
     message = decision.get("message")
     if kind == "respond":
@@ -193,14 +270,44 @@ def _answered(
             return None
         if target != name:
             policy = policies.by_tool.get(target)
-            if policy is not None and (
-                "approve" not in policy.allowed or tool_refusal(policies, target, answer.reviewer) is not None
-            ):
-                return None
+            if policy is not None and "approve" not in policy.allowed:
+                return None  # its author's roles there were checked with the approvers
         return Run(
             ToolCall(name=target, args=dict(edited["args"]), id=call_id, type="tool_call"), edited=True
         )
     return None
+
+
+def _enough(policies: Policies, answer: Answer, tools: tuple[str, str], starter: str | None) -> bool:
+    """Whether an approval (or edit) of ``answer`` has the approvers its terms need, each
+    one who may decide every tool in ``tools`` now (rule 12), the run's starter not
+    counted where self-approval is off (rule 13), each counted once (rule 14)."""
+    terms = answer.call_terms
+    approvers = answer.approvers if answer.approvers is not None else [answer.reviewer]
+    if terms == DEFAULT_TERMS:
+        return all(tool_refusal(policies, tool, answer.reviewer) is None for tool in tools)
+    counted: set[str] = set()
+    for reviewer in approvers:
+        who = reviewer_id(reviewer)
+        if any(tool_refusal(policies, tool, reviewer) is not None for tool in tools):
+            continue
+        if not terms.self_approval and (who is None or (starter is not None and who == starter)):
+            continue
+        if who is None:
+            if terms.approvals == 1:
+                return True  # one approval, from a caller the policy lets answer unnamed
+            continue
+        counted.add(who)
+    return len(counted) >= terms.approvals
+
+
+def expired_message(name: str, call_id: str) -> str:
+    """The ``ToolMessage`` text of a call whose review expired unanswered (rule 15)."""
+    return (
+        f"The review of the tool call for `{name}` (id {call_id}) expired before anyone answered it, "
+        "so the tool was not executed. No person rejected it: it simply was not approved in time. "
+        "Do not retry it unless the user asks you to."
+    )
 
 
 def _run_started(call: ToolCall, started: tuple[str, Any]) -> Run:

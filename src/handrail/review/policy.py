@@ -7,8 +7,10 @@ The shapes a reviewer sees (SPEC §3) are defined here and re-exported by
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, cast
 
 import orjson
@@ -155,13 +157,31 @@ class InterruptOnConfig(TypedDict, total=False):
     when: Callable[[Any], bool]
     args_schema: dict[str, Any]
     reviewers: list[str]
+    allow_self_approval: bool
+    required_approvals: int
+    expires_after: float | timedelta
+    on_expiry: Literal["reject", "approve"]
+    grantable: bool
 
 
-_CONFIG_KEYS = frozenset({"allowed_decisions", "description", "when", "args_schema", "reviewers"})
-# SPEC §5.1 keys that later versions enforce; refused until then, never silently ignored.
-_NOT_YET_KEYS = frozenset(
-    {"allow_self_approval", "required_approvals", "expires_after", "on_expiry", "grantable"}
+_CONFIG_KEYS = frozenset(
+    {
+        "allowed_decisions",
+        "description",
+        "when",
+        "args_schema",
+        "reviewers",
+        "allow_self_approval",
+        "required_approvals",
+        "expires_after",
+        "on_expiry",
+        "grantable",
+    }
 )
+MAX_APPROVALS = 100
+"""The most approvals a policy may require (a larger number is a typo, not a quorum)."""
+MAX_EXPIRY = 366 * 24 * 3600.0
+"""The longest ``expires_after`` (a year and a day): longer is a unit mistake."""
 _LEGACY_KEYS = {"allow_accept": ("approve",), "allow_edit": ("edit",), "allow_respond": ("respond", "reject")}
 
 
@@ -173,6 +193,11 @@ class Policy(NamedTuple):
     when: Callable[[Any], bool] | None
     args_schema: dict[str, Any] | None
     reviewers: tuple[str, ...] | None = None  # roles that may decide (SPEC rule 12); None: anyone
+    allow_self_approval: bool = True  # rule 13
+    required_approvals: int = 1  # rule 14
+    expires_after: float | None = None  # rule 15, seconds
+    on_expiry: Literal["reject", "approve"] = "reject"
+    grantable: bool = True  # rule 16
 
 
 class Policies:
@@ -188,7 +213,7 @@ class Policies:
         policies.by_tool["execute_sql"].allowed   # ('approve', 'edit', 'reject', 'respond')
     """
 
-    __slots__ = ("by_tool", "description_prefix", "edit_notice", "mode", "source", "tools")
+    __slots__ = ("by_tool", "description_prefix", "edit_notice", "has_terms", "mode", "source", "tools")
 
     def __init__(
         self,
@@ -200,6 +225,12 @@ class Policies:
         source: str | None = None,
     ) -> None:
         self.by_tool: dict[str, Policy] = dict(by_tool)
+        # whether any policy sets a key of rules 13-16 (its reviews then save their terms)
+        self.has_terms = any(
+            (p.allow_self_approval, p.required_approvals, p.expires_after, p.grantable)
+            != (True, 1, None, True)
+            for p in self.by_tool.values()
+        )
         self.mode = mode
         self.description_prefix = description_prefix
         self.edit_notice = edit_notice
@@ -344,12 +375,6 @@ def parse_policy(tool_name: str, config: Any) -> Policy | None:
             f"interrupt_on[{tool_name!r}] must be True, False or a dict with 'allowed_decisions', "
             f"got {short_repr(config)} (False turns review off for this tool)"
         )
-    later = sorted(set(config) & _NOT_YET_KEYS)
-    if later:
-        raise ConfigurationError(
-            f"interrupt_on[{tool_name!r}] uses {later}, which this version of handrail does not "
-            "enforce yet; remove them (a policy is never weaker than it reads)"
-        )
     unknown = sorted(set(config) - _CONFIG_KEYS - set(_LEGACY_KEYS))
     if unknown:
         raise ConfigurationError(
@@ -384,7 +409,61 @@ def parse_policy(tool_name: str, config: Any) -> Policy | None:
         when=when,
         args_schema=dict(schema) if schema is not None else None,
         reviewers=tuple(reviewers) if reviewers is not None else None,
+        **_review_terms(tool_name, config, allowed),
     )
+
+
+def _review_terms(tool_name: str, config: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    """The keys of rules 13-16, checked: a value that cannot be read is an error, never a default."""
+    where = f"interrupt_on[{tool_name!r}]"
+    out: dict[str, Any] = {}
+    for key in ("allow_self_approval", "grantable"):
+        if key in config:
+            if not isinstance(config[key], bool):
+                raise ConfigurationError(
+                    f"{where} {key} must be True or False, got {short_repr(config[key])}"
+                )
+            out[key] = config[key]
+    if "required_approvals" in config:
+        count = config["required_approvals"]
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_APPROVALS:
+            raise ConfigurationError(
+                f"{where} required_approvals must be a whole number from 1 to {MAX_APPROVALS} (how many "
+                f"different reviewers must approve), got {short_repr(count)}"
+            )
+        if count > 1 and "approve" not in allowed and "edit" not in allowed:
+            raise ConfigurationError(
+                f"{where} required_approvals={count} counts approvals, but allowed_decisions "
+                f"{list(allowed)} allow neither 'approve' nor 'edit'"
+            )
+        out["required_approvals"] = count
+    if "expires_after" in config:
+        out["expires_after"] = _seconds(where, config["expires_after"])
+    if "on_expiry" in config:
+        if config["on_expiry"] not in ("reject", "approve"):
+            raise ConfigurationError(
+                f"{where} on_expiry must be 'reject' or 'approve', got {short_repr(config['on_expiry'])}"
+            )
+        if "expires_after" not in config:
+            raise ConfigurationError(f"{where} on_expiry needs expires_after: when the review expires")
+        out["on_expiry"] = config["on_expiry"]
+    return out
+
+
+def _seconds(where: str, value: Any) -> float:
+    """``expires_after`` in seconds: a positive number or ``timedelta``, at most a year and a day."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not 0 < seconds <= MAX_EXPIRY
+    ):
+        raise ConfigurationError(
+            f"{where} expires_after must be a number of seconds or a timedelta, more than 0 and at "
+            f"most {int(MAX_EXPIRY)} (a year and a day), got {short_repr(value)}"
+        )
+    return float(seconds)
 
 
 def _allowed_decisions(tool_name: str, config: Mapping[str, Any]) -> tuple[DecisionType, ...]:

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from handrail._duration import DurationError, parse_duration
 from handrail.errors import ConfigurationError
-from handrail.review.policy import _CONFIG_KEYS, _LEGACY_KEYS, _NOT_YET_KEYS, parse_policy
+from handrail.review.policy import _CONFIG_KEYS, _LEGACY_KEYS, parse_policy
 
 __all__ = [
     "PolicyFile",
@@ -54,7 +55,7 @@ __all__ = [
 
 _AGENT_KEYS = frozenset({"interrupt_on", "description_prefix"})
 _PYTHON_ONLY = frozenset({"when"})
-_KNOWN = _CONFIG_KEYS | _NOT_YET_KEYS | frozenset(_LEGACY_KEYS)
+_KNOWN = _CONFIG_KEYS | frozenset(_LEGACY_KEYS)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
@@ -99,7 +100,7 @@ class PolicyFile:
                 self.path, None, None, f"has no policy for agent {agent!r} (agents in the file: {named})"
             )
         table = self.agents[agent]
-        interrupt_on = dict(table.get("interrupt_on", {}))
+        interrupt_on = {tool: _in_seconds(config) for tool, config in table.get("interrupt_on", {}).items()}
         for tool in interrupt_on:
             if tool not in tools:
                 self._fail(
@@ -207,7 +208,9 @@ def _check_entry(fail: Any, at: tuple[str, ...], tool: str, config: Any) -> None
                     (*at, key), f"unknown key; a tool's policy takes {sorted(_CONFIG_KEYS - _PYTHON_ONLY)}"
                 )
     try:
-        parse_policy(tool, config)
+        parse_policy(tool, _in_seconds(config))
+    except DurationError as exc:
+        raise fail((*at, "expires_after"), str(exc)) from None
     except ConfigurationError as exc:
         said = str(exc).split("]", 1)[-1]  # past "interrupt_on['tool']"
         named = [
@@ -218,6 +221,13 @@ def _check_entry(fail: Any, at: tuple[str, ...], tool: str, config: Any) -> None
         if not named and "decision" in said and isinstance(config, dict) and "allowed_decisions" in config:
             named = ["allowed_decisions"]
         raise fail((*at, named[0]) if named else at, str(exc)) from None
+
+
+def _in_seconds(config: Any) -> Any:
+    """A tool's entry with ``expires_after`` in seconds: a file may write ``"1h"``."""
+    if isinstance(config, dict) and isinstance(config.get("expires_after"), str):
+        return {**config, "expires_after": parse_duration(config["expires_after"])}
+    return config
 
 
 def _error(

@@ -20,6 +20,8 @@ from typing import Any
 
 from handrail.errors import stored_time
 from handrail.messages import AIMessage, BaseMessage, ToolMessage
+from handrail.review.quorum import progress
+from handrail.review.terms import calls_asked
 from handrail.runtime.events import Event
 from handrail.runtime.fold import checkpoint_id_of
 from handrail.types import AuditEntry
@@ -44,6 +46,8 @@ class TrailReader:
         self.started: set[tuple[Any, Any]] = set()  # (run id, call id) of each saved start
         self.asked: dict[tuple[Any, Any], Any] = {}  # (dead run, call id) -> the args asked about
         self.announced: set[tuple[Any, Any]] = set()  # (dead run, taker) already told
+        self.reviews: dict[str, tuple[Any, Any]] = {}  # interrupt id -> (value, terms), as asked
+        self.votes: dict[str, list[tuple[Any, Any]]] = {}  # interrupt id -> the approvals so far
         for event in events:
             data = event.data
             if event.kind == "tools_planned" and isinstance(data.get("worker"), str):
@@ -60,6 +64,7 @@ class TrailReader:
         at = stored_time(event.created_at, self.thread_id, f"record {event.seq}", event.seq)
         data = event.data
         if event.kind == "interrupt":
+            self.reviews[data["id"]] = (data["value"], data.get("terms"))
             return [
                 *self._takeover(event, at),
                 self._entry(
@@ -72,6 +77,9 @@ class TrailReader:
                 ),
             ]
         if event.kind == "resume":
+            kind = "expired" if data.get("channel") == "expiry" else "quorum" if data.get("quorum") else None
+            for interrupt_id in data["answers"]:
+                self.votes.pop(interrupt_id, None)
             return [
                 self._entry(
                     event,
@@ -79,11 +87,14 @@ class TrailReader:
                     "answered",
                     interrupt_id=interrupt_id,
                     value=answer,
+                    kind=kind,
                     reviewer=data.get("reviewer"),
                     channel=data.get("channel"),
                 )
                 for interrupt_id, answer in data["answers"].items()
             ]
+        if event.kind == "approval":
+            return [self._approval(event, at)]
         if event.kind == "tools_planned":
             return self._planned(event, at)
         if event.kind == "tool_started":
@@ -121,6 +132,31 @@ class TrailReader:
                 result=message,
             )
         ]
+
+    def _approval(self, event: Event, at: Any) -> AuditEntry:
+        """One approval of a review that counts them (rule 14); ``kind`` says how far each
+        call has come: ``"1 of 2"`` (the tool named first when the review asks about several)."""
+        data = event.data
+        interrupt_id = data["interrupt"]
+        votes = self.votes.setdefault(interrupt_id, [])
+        votes.append((data["answer"], data.get("reviewer")))
+        value, terms = self.reviews.get(interrupt_id, (None, None))
+        counts = progress(value, terms, votes)
+        names = [name for _, name, _ in calls_asked(value)]
+        said = [
+            f"{name} {count}" if len(counts) > 1 else str(count)
+            for name, count in zip(names, counts, strict=False)
+        ]
+        return self._entry(
+            event,
+            at,
+            "approval",
+            interrupt_id=interrupt_id,
+            value=data["answer"],
+            kind=", ".join(said) or None,
+            reviewer=data.get("reviewer"),
+            channel=data.get("channel"),
+        )
 
     def _entry(self, event: Event, at: Any, name: str, **fields: Any) -> AuditEntry:
         return AuditEntry(thread_id=self.thread_id, seq=event.seq, at=at, event=name, **fields)  # type: ignore[arg-type]

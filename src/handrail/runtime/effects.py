@@ -249,7 +249,10 @@ class Persist(Effect):
 
     def _conflict(self, env: Env, events: list[Event], exc: ConflictError) -> ConflictError:
         answered = tuple(
-            interrupt_id for e in events if e.kind == "resume" for interrupt_id in e.data["answers"]
+            dict.fromkeys(
+                [i for e in events if e.kind == "resume" for i in e.data["answers"]]
+                + [e.data["interrupt"] for e in events if e.kind == "approval"]
+            )
         )
         if answered:
             return ConflictError(
@@ -328,13 +331,21 @@ class Persist(Effect):
                 if asked is not None:
                     notices.append(_notice("review.requested", env, _asked(asked)))
             elif event.kind == "resume":
+                expired = event.data.get("channel") == "expiry"
                 for interrupt_id in event.data["answers"]:
                     answered = {
                         "interrupt_id": interrupt_id,
                         "reviewer": event.data.get("reviewer"),
                         "channel": event.data.get("channel"),
                     }
-                    notices.append(_notice("review.decided", env, answered))
+                    notices.append(_notice("review.expired" if expired else "review.decided", env, answered))
+            elif event.kind == "approval":
+                voted = {
+                    "interrupt_id": event.data["interrupt"],
+                    "reviewer": event.data.get("reviewer"),
+                    "channel": event.data.get("channel"),
+                }
+                notices.append(_notice("review.approved", env, voted))
         if self.release:
             ended = {"run_id": env.run_id, "status": "error" if self.failed else "success"}
             notices.append(_notice("run.finished", env, {**ended, "thread_status": record.status}))
@@ -459,7 +470,7 @@ def _asked(record: InterruptRecord) -> dict[str, Any]:
 
 _CLAIMING = frozenset({"input", "tools_planned", "tool_started"})  # what makes a run claim the thread
 _REBASES = 3  # how often an append refused for another writer's answers is put after them
-_DURABLE_KINDS = frozenset({"tools_planned", "resume"})  # calls about to act; a person's answer
+_DURABLE_KINDS = frozenset({"tools_planned", "resume", "approval"})  # calls about to act; a person's answer
 _NO_ARGS: dict[str, Any] = {}
 _RELAXED: dict[str, Any] = {"durable": False}
 # A run's last append also saves the whole reading of the thread once twice as many

@@ -13,8 +13,15 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
                   "source"?}`` (task defaults to the step, index to 0, kind to
                   ``"interrupt"``); an ``outcome_unknown`` one also names the run that
                   died and the run and process that took over: ``"abandoned"``,
-                  ``"run_id"``, ``"worker"`` (``recovery.py``)
-``resume``        answers arrived: ``{"answers": {interrupt_id: value}, "reviewer"}``
+                  ``"run_id"``, ``"worker"`` (``recovery.py``); a gate's review also holds
+                  the ``"terms"`` it was asked under when they are not the defaults
+                  (``handrail.review.terms``)
+``approval``      one vote on a review that counts approvals (rule 14), which stays
+                  pending: ``{"interrupt", "answer", "reviewer"?, "channel"}``
+``resume``        answers arrived: ``{"answers": {interrupt_id: value}, "reviewer",
+                  "channel", "quorum"?, "expired"?}``; ``quorum``: the answers are what
+                  the votes decided (``handrail.review.quorum``); ``expired``: the calls
+                  whose review expired unanswered (channel ``expiry``, rule 15)
 ``tools_planned`` a tools step is about to run these calls: ``{"calls", "run_id",
                   "worker"?}`` (``worker``: the process, ``host:pid``); saved
                   before any of them can act, so a call of a run that died before its
@@ -74,6 +81,7 @@ __all__ = [
     "decode_event",
     "decode_notice",
     "decode_review",
+    "decode_review_terms",
     "encode_event",
     "review_payload",
     "review_record",
@@ -85,6 +93,7 @@ EVENT_KINDS = frozenset(
         "step",
         "update",
         "interrupt",
+        "approval",
         "resume",
         "tools_planned",
         "tool_started",
@@ -101,6 +110,7 @@ AUDIT_KINDS = frozenset(
         "update",
         "branch",
         "interrupt",
+        "approval",
         "resume",
         "tools_planned",
         "tool_started",
@@ -117,6 +127,7 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "update": ("values", "next"),
     "interrupt": ("id", "step", "value"),
     "resume": ("answers",),
+    "approval": ("interrupt", "answer"),
     "tools_planned": ("calls",),
     "tool_started": ("task", "name"),
     "tool_finished": ("message",),
@@ -388,6 +399,14 @@ def decode_review(payload: bytes, thread_id: str, interrupt_id: str, kind: str |
     be the row's: a damaged payload or row raises :class:`SerializationError` naming the
     thread and the interrupt (SPEC rule 10).
     """
+    return decode_review_terms(payload, thread_id, interrupt_id, kind)[0]
+
+
+def decode_review_terms(
+    payload: bytes, thread_id: str, interrupt_id: str, kind: str | None = None
+) -> tuple[Any, Any]:
+    """:func:`decode_review`'s value and the review's terms (``handrail.review.terms``; None
+    when it has the defaults)."""
     record = f"pending interrupt {interrupt_id}"
     if kind is not None and kind not in REVIEW_KINDS:
         raise SerializationError(
@@ -395,15 +414,17 @@ def decode_review(payload: bytes, thread_id: str, interrupt_id: str, kind: str |
         )
     marker = payload[:1]
     if marker not in (_EVENT_VALUE_MARK, _REVIEW_MARK):
-        return loads(unpack_payload(payload, thread_id, record), thread_id=thread_id, record=record)
+        return loads(unpack_payload(payload, thread_id, record), thread_id=thread_id, record=record), None
     data = loads(unpack_payload(payload[1:], thread_id, record), thread_id=thread_id, record=record)
     stored_kind = data.get("kind", "interrupt") if isinstance(data, dict) else None
     if not isinstance(data, dict) or "value" not in data or data.get("id") != interrupt_id:
         problem = "its payload is not the interrupt event that raised it"
     elif kind is not None and stored_kind != kind:
         problem = f"the row says it is {kind!r}, its payload says {stored_kind!r}"
+    elif data.get("terms") is not None and not isinstance(data["terms"], dict):
+        problem = "its terms are not an object"
     else:
-        return data["value"]
+        return data["value"], data.get("terms")
     raise SerializationError(f"cannot load thread {thread_id!r}, {record}: {problem}", thread_id=thread_id)
 
 

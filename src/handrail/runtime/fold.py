@@ -14,7 +14,9 @@ from typing import Any, NamedTuple
 from handrail.checkpoint.integrity import GENESIS
 from handrail.errors import SerializationError
 from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_messages_into
-from handrail.review import Answer, answers_from
+from handrail.review import Answer, answers_from, reviewer_id
+from handrail.review.quorum import count_votes
+from handrail.review.terms import expires_at, needs_count
 from handrail.runtime.events import CHECKPOINT_KINDS, Event
 
 __all__ = ["BOUND_METADATA", "InterruptRecord", "Reducer", "StartedTool", "ThreadFold", "pending_tool_calls"]
@@ -33,8 +35,20 @@ class InterruptRecord:
     made, is a cache that takes no part in equality.
     """
 
-    __slots__ = ("created_at", "id", "index", "kind", "seq", "source", "step", "stored", "task", "value")
-    _COMPARED = ("id", "step", "task", "index", "kind", "value", "source", "seq", "created_at")
+    __slots__ = (
+        "created_at",
+        "id",
+        "index",
+        "kind",
+        "seq",
+        "source",
+        "step",
+        "stored",
+        "task",
+        "terms",
+        "value",
+    )
+    _COMPARED = ("id", "step", "task", "index", "kind", "value", "source", "seq", "created_at", "terms")
 
     def __init__(
         self,
@@ -48,10 +62,17 @@ class InterruptRecord:
         seq: int,
         created_at: float,
         stored: bytes | None = None,
+        terms: dict[str, Any] | None = None,
     ) -> None:
         self.id, self.step, self.task, self.index, self.kind = id, step, task, index, kind
         self.value, self.source, self.seq, self.created_at = value, source, seq, created_at
         self.stored = stored
+        self.terms = terms  # what the review was asked under (``handrail.review.terms``)
+
+    @property
+    def expires_at(self) -> float | None:
+        """When this review expires unanswered (rule 15), or None."""
+        return expires_at(self.terms, self.created_at)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not InterruptRecord:
@@ -88,7 +109,10 @@ class ThreadFold:
     * ``started`` - tool calls that began and have no result yet (SPEC rule 9);
     * ``decided`` - answers given on this branch to tool calls, by call id, that no
       ``tool_started`` has used yet, and ``used`` - those a start used whose call has not
-      finished (rules 19-20, ``handrail.review``).
+      finished (rules 19-20, ``handrail.review``);
+    * ``votes`` - the approvals given to pending reviews that count them (rule 14:
+      ``(answer, reviewer)`` by interrupt id, ``handrail.review.quorum``), and
+      ``started_by`` - the id of who sent the input that started the run (rule 13).
     """
 
     __slots__ = (
@@ -117,6 +141,7 @@ class ThreadFold:
         "reading_seq",
         "reducers",
         "started",
+        "started_by",
         "step_interrupts",
         "superseded_ids",
         "task_results",
@@ -124,6 +149,7 @@ class ThreadFold:
         "updated_at",
         "used",
         "values",
+        "votes",
     )
 
     def __init__(self, thread_id: str, reducers: Mapping[str, Reducer] | None = None) -> None:
@@ -146,6 +172,8 @@ class ThreadFold:
         self.started: dict[str, StartedTool] = {}
         self.decided: dict[str, Answer] = {}
         self.used: dict[str, Answer] = {}
+        self.votes: dict[str, list[tuple[Any, Any]]] = {}
+        self.started_by: str | None = None
         self.created_at = 0.0
         self.updated_at = 0.0
         self.checkpoint_at = 0.0
@@ -235,6 +263,7 @@ class ThreadFold:
         other.started = dict(self.started)
         other.decided = dict(self.decided)
         other.used = dict(self.used)
+        other.votes = {key: list(value) for key, value in self.votes.items()}
         other.metadata = dict(self.metadata)
         return other
 
@@ -258,6 +287,7 @@ class ThreadFold:
         # rule 20: answers belong to the branch they were given on; a new branch asks again
         self.decided = {}
         self.used = {}
+        self.votes = {}
         self.head_seq = event.seq
         self.updated_at = event.created_at
         self.parent_checkpoint_seq = previous_checkpoint
@@ -314,6 +344,7 @@ class ThreadFold:
         self.last_step = None
         self.decided = {}  # a new run: no call of the last one is due any more
         self.used = {}
+        self.started_by = reviewer_id(data.get("by"))  # rule 13: who started this run
 
     def _apply_step(self, data: dict[str, Any], event: Event) -> None:
         step = data["step"]
@@ -341,6 +372,7 @@ class ThreadFold:
             self.pending = {}
             self.answers = {}
             self.step_interrupts = {}
+            self.votes = {}
         self.next = _as_next(data["next"])
         if data.get("as_node"):
             self.last_step = data["as_node"]
@@ -357,6 +389,7 @@ class ThreadFold:
             source=data.get("source"),
             seq=event.seq,
             created_at=event.created_at,
+            terms=_terms(data.get("terms")),
         )
         self.pending[record.id] = record
         self.step_interrupts[record.id] = record
@@ -371,17 +404,40 @@ class ThreadFold:
         if not isinstance(answers, dict):
             raise TypeError("answers must be an object")
         reviewer = data.get("reviewer")
+        expired = frozenset(data.get("expired") or ())
         for interrupt_id, value in answers.items():
             record = self.pending.pop(interrupt_id, None)
             if record is None:
                 raise ValueError(f"answer to interrupt {interrupt_id!r}, which is not pending")
             self.answers[interrupt_id] = value
             self.answered_ids.add(interrupt_id)
+            votes = self.votes.pop(interrupt_id, [])
+            # rule 14: the calls a count decided were approved by who approved their action
+            approvers = (
+                {c.call_id: c.approvers for c in count_votes(record.value, record.terms, votes)}
+                if needs_count(record.terms)
+                else None
+            )
             # rule 19: the answer, bound to each call it decides and to what its reviewer saw
             for answer in answers_from(
-                record.id, record.kind, record.source, record.value, value, reviewer, event.seq
+                record.id,
+                record.kind,
+                record.source,
+                record.value,
+                value,
+                reviewer,
+                event.seq,
+                terms=record.terms,
+                approvers=approvers,
+                expired=expired,
             ):
                 self.decided[answer.call_id] = answer
+
+    def _apply_approval(self, data: dict[str, Any], event: Event) -> None:
+        interrupt_id = _str(data["interrupt"])
+        if interrupt_id not in self.pending:
+            raise ValueError(f"approval of interrupt {interrupt_id!r}, which is not pending")
+        self.votes.setdefault(interrupt_id, []).append((data["answer"], data.get("reviewer")))
 
     def _apply_tools_planned(self, data: dict[str, Any], event: Event) -> None:
         calls = data["calls"]
@@ -464,6 +520,7 @@ class ThreadFold:
                 "source": r.source,
                 "seq": r.seq,
                 "created_at": r.created_at,
+                **({"terms": r.terms} if r.terms is not None else {}),
             }
 
         return {
@@ -492,6 +549,12 @@ class ThreadFold:
             ],
             "decided": [answer._asdict() for answer in self.decided.values()],
             "used": [answer._asdict() for answer in self.used.values()],
+            **(
+                {"votes": {key: [list(v) for v in votes] for key, votes in self.votes.items()}}
+                if self.votes
+                else {}
+            ),
+            **({"started_by": self.started_by} if self.started_by is not None else {}),
         }
 
     def to_reading(self) -> dict[str, Any]:
@@ -594,6 +657,11 @@ class ThreadFold:
             # a snapshot made before answers were bound to calls holds none: those calls are asked again
             fold.decided = _answers(state.get("decided", ()))
             fold.used = _answers(state.get("used", ()))
+            fold.votes = _votes(state.get("votes", {}), fold.pending)
+            started_by = state.get("started_by")
+            if started_by is not None and not isinstance(started_by, str):
+                raise TypeError("started_by must be a string")
+            fold.started_by = started_by
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             label = (
                 f"record {seq}: damaged snapshot" if what == "record" else f"{what} at record {seq}: damaged"
@@ -612,6 +680,7 @@ class ThreadFold:
         self.step_interrupts = {}
         self.answers = {}
         self.task_results = {}
+        self.votes = {}
 
     def _apply_values(self, update: Mapping[str, Any]) -> None:
         if not isinstance(update, Mapping):
@@ -678,6 +747,23 @@ def _answers(raw: Any) -> dict[str, Answer]:
         if not isinstance(answer.call_id, str) or not isinstance(answer.decision, dict):
             raise TypeError("an answer needs a call id and a decision")
     return {answer.call_id: answer for answer in answers}
+
+
+def _votes(raw: Any, pending: Mapping[str, InterruptRecord]) -> dict[str, list[tuple[Any, Any]]]:
+    if not isinstance(raw, dict):
+        raise TypeError("votes must be an object")
+    out: dict[str, list[tuple[Any, Any]]] = {}
+    for interrupt_id, votes in raw.items():
+        if interrupt_id not in pending or not isinstance(votes, list):
+            raise ValueError(f"votes for interrupt {interrupt_id!r}, which is not pending")
+        out[interrupt_id] = [(answer, reviewer) for answer, reviewer in votes]
+    return out
+
+
+def _terms(raw: Any) -> dict[str, Any] | None:
+    if raw is not None and not isinstance(raw, dict):
+        raise TypeError("an interrupt's terms must be an object")
+    return raw
 
 
 def checkpoint_id_of(seq: int) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -23,13 +23,17 @@ import orjson
 from handrail.checkpoint.base import ClaimFilter, PendingFilter, PendingItem, PendingOrder, ThreadFilter
 from handrail.errors import InvalidInputError, stored_time
 from handrail.review import refusal
+from handrail.review.quorum import CallApprovals, progress
+from handrail.review.terms import expires_at, needs_count
 from handrail.runtime.effects import Effect, Env, StoreCall
-from handrail.runtime.events import decode_review
+from handrail.runtime.events import decode_review, decode_review_terms
+from handrail.runtime.reading import load
 from handrail.types import Interrupt, RunnableConfig
 
 __all__ = [
     "InterruptPage",
     "PendingInterrupt",
+    "listing",
     "page_of",
     "pending_filter",
     "thread_filter",
@@ -69,6 +73,14 @@ class PendingInterrupt:
     tools: tuple[str, ...]
     created_at: datetime
     metadata: Mapping[str, Any]
+    expires_at: datetime | None = None  # when it expires unanswered (SPEC rule 15)
+    approvals: tuple[CallApprovals, ...] = ()  # how far each call has come, when it counts (rule 14)
+    terms: Mapping[str, Any] | None = None  # what it was asked under (``handrail.review.terms``)
+
+    @property
+    def needs_approvals(self) -> bool:
+        """Whether the review counts approvals from several reviewers."""
+        return needs_count(self.terms)
 
     @property
     def config(self) -> RunnableConfig:
@@ -182,26 +194,46 @@ def pending_filter(
     )
 
 
+def listing(env: Env, filter: PendingFilter, reviewer: Any) -> Generator[Effect, Any, InterruptPage]:
+    """One page of the inbox (only what ``reviewer`` may decide, unless None), each review
+    that counts approvals with how far it has come (read from its thread's log)."""
+    if reviewer is None:
+        items: list[PendingItem] = yield StoreCall("list_pending", (filter,))
+    else:
+        items = yield from visible_pending(env, filter, reviewer)
+    page = page_of(items, filter)
+    counted: list[PendingInterrupt] = []
+    for entry in page.items:
+        if entry.needs_approvals:
+            fold = yield from load(Env(env.spec, env.store, entry.thread_id))
+            record = fold.pending.get(entry.interrupt.id)
+            votes = fold.votes.get(entry.interrupt.id, [])
+            if record is not None:
+                entry = replace(entry, approvals=progress(record.value, record.terms, votes))
+        counted.append(entry)
+    return InterruptPage(items=counted, next_cursor=page.next_cursor)
+
+
 def page_of(items: list[Any], filter: PendingFilter) -> InterruptPage:
     """The inbox page the store's items make, with the cursor that continues it."""
-    out = [
-        PendingInterrupt(
-            thread_id=item.thread_id,
-            interrupt=Interrupt(
-                value=decode_review(
-                    item.review.payload, item.thread_id, item.review.interrupt_id, item.review.kind
-                ),
-                id=item.review.interrupt_id,
-            ),
-            kind=item.review.kind,
-            tools=item.review.tools,
-            created_at=stored_time(
-                item.review.created_at, item.thread_id, f"pending interrupt {item.review.interrupt_id}"
-            ),
-            metadata=dict(item.metadata),
+    out = []
+    for item in items:
+        review = item.review
+        value, terms = decode_review_terms(review.payload, item.thread_id, review.interrupt_id, review.kind)
+        created = stored_time(review.created_at, item.thread_id, f"pending interrupt {review.interrupt_id}")
+        expiry = expires_at(terms, created.timestamp())
+        out.append(
+            PendingInterrupt(
+                thread_id=item.thread_id,
+                interrupt=Interrupt(value=value, id=review.interrupt_id),
+                kind=review.kind,
+                tools=review.tools,
+                created_at=created,
+                metadata=dict(item.metadata),
+                expires_at=datetime.fromtimestamp(expiry, UTC) if expiry is not None else None,
+                terms=terms,
+            )
         )
-        for item in items
-    ]
     next_cursor = None
     if len(items) == filter.limit and items:
         last = items[-1]

@@ -16,6 +16,7 @@ from handrail.context import PauseSignal, Runtime, TaskContext, ToolRuntime, cur
 from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
+from handrail.review.quorum import CallApprovals, progress
 from handrail.runtime import recovery, rules
 from handrail.runtime.compat import recursion_limit, stream_metadata
 from handrail.runtime.effects import (
@@ -61,6 +62,7 @@ class RunRequest(NamedTuple):
     context: Any = None
     channel: str = "python"  # how answers arrive (rule 11): python, http, cli, ...
     record_only: bool = False  # save the answers and stop: a worker runs them (Agent.decide)
+    now: float | None = None  # the time expiry is judged at (rule 15); None: the clock's
 
 
 class RunResult(NamedTuple):
@@ -69,6 +71,7 @@ class RunResult(NamedTuple):
     values: dict[str, Any]
     interrupts: tuple[Interrupt, ...]
     answers: Mapping[str, Any] = {}  # a record-only run's: the answers as saved (``Agent.decide``)
+    approvals: Mapping[str, tuple[CallApprovals, ...]] = {}  # and the counts of reviews still pending
 
 
 # Time travel ---------------------------------------------------------------------------------
@@ -115,6 +118,7 @@ def run(env: Env, request: RunRequest) -> Gen:
         metadata=request.metadata,
         channel=request.channel,
         record_only=request.record_only,
+        now=request.now,
     )
     try:
         return (yield from _run_steps(env, request, fold, events))
@@ -169,7 +173,12 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
             env.send("values", fold.public_values())
     if request.record_only:  # answers recorded: a worker runs them (the thread is queued if due)
         yield Persist([], flush=True, durable=True, queue=_due(fold))
-        return RunResult(fold.public_values(), interrupts_of(fold.pending, spec), dict(fold.answers))
+        counted = {
+            key: progress(fold.pending[key].value, fold.pending[key].terms, votes)
+            for key, votes in fold.votes.items()
+            if key in fold.pending
+        }
+        return RunResult(fold.public_values(), interrupts_of(fold.pending, spec), dict(fold.answers), counted)
     runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
         config=request.config,
@@ -278,6 +287,12 @@ def _finish_step(
 
 
 def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> None:
+    policies = env.spec.policies
+    terms = (
+        review.terms_for(policies, signal.value)
+        if policies.has_terms and signal.source is not None and signal.source == policies.source
+        else None
+    )
     buffer(
         env,
         [
@@ -291,6 +306,7 @@ def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> None:
                     **({"task": task} if task != step else {}),
                     **({"index": signal.index} if signal.index else {}),
                     **({"source": signal.source} if signal.source is not None else {}),
+                    **({"terms": terms} if terms is not None else {}),  # what the review keeps
                 },
             )
         ],
@@ -446,6 +462,7 @@ def _gate(spec: AgentSpec, fold: ThreadFold, request: ToolCallRequest) -> review
         used=fold.used.get(call_id),
         started=(started.name, started.args) if started is not None else None,
         idempotent=started is not None and (started.idempotent or (tool is not None and tool.idempotent)),
+        starter=fold.started_by,
         request=lambda: request,
     )
 

@@ -52,10 +52,10 @@ def rebase(env: Env, events: list[Event], expected: int) -> Gen:
     added = read.events
     if not added or read.record is None or read.record.epoch != fold.epoch:
         return None
-    if any(row.kind != "resume" for row in added):
+    if any(row.kind not in ("resume", "approval") for row in added):
         return None
     ours = {key for e in events if e.kind == "resume" for key in e.data["answers"]}
-    theirs = {key for row in added for key in decode_event(row, env.thread_id).data["answers"]}
+    theirs = {key for row in added for key in _answered(decode_event(row, env.thread_id))}
     if ours & theirs:
         return None  # both answer one review: the store's refusal stands (rule 8)
     base: ThreadFold = yield from load(Env(env.spec, env.store, env.thread_id, trust_cache=False))
@@ -79,3 +79,8 @@ def rebase(env: Env, events: list[Event], expected: int) -> Gen:
         setattr(fold, name, getattr(base, name))
     (fold.reading_seq,) = keep
     return stored, head
+
+
+def _answered(event: Event) -> list[str]:
+    """The reviews an answer or a vote is about."""
+    return [event.data["interrupt"]] if event.kind == "approval" else list(event.data["answers"])

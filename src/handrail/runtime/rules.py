@@ -44,6 +44,8 @@ Rule 9 - A tool call that started and never finished, whose run is no longer ali
 Rule 10 - Records are JSON with named types, loaded strictly (``checkpoint/serde.py``).
 Rule 11 - Who answered is recorded with every answer: the ``resume`` event holds the
     reviewer and the channel, the store stamps its time (:func:`start_events`).
+Rules 13-15 - The terms a review was asked under (self-approval, approvals counted,
+    expiry) hold for every answer before it is saved (``answering.py``).
 Rule 12 - A policy's ``reviewers`` roles are checked for every answer before it is
     validated or saved (``handrail.review.authorize``, the one authorization function);
     an answer to the gate's own review is checked by the gate for that reviewer
@@ -80,6 +82,7 @@ from handrail.errors import (
 from handrail.messages import AIMessage, ToolMessage, coerce_messages, merge_messages_into
 from handrail.middleware.types import ResumeContext
 from handrail.review import OUTCOME_DECISIONS, authorize, check_answer, check_outcome_decision
+from handrail.runtime import answering
 from handrail.runtime.events import Event
 from handrail.runtime.fold import BOUND_METADATA, InterruptRecord, StartedTool, ThreadFold, pending_tool_calls
 from handrail.runtime.recovery import unfinished_tool_interrupts
@@ -269,6 +272,7 @@ def start_events(
     metadata: Mapping[str, Any] | None,
     channel: str = "python",
     record_only: bool = False,
+    now: float | None = None,
 ) -> list[Event]:
     """The events that begin a run, after validating its input completely.
 
@@ -298,8 +302,8 @@ def start_events(
     for event in recovered:
         record = record_of(event)
         pending[record.id] = record
-    if run_input is None:
-        return list(recovered)
+    if run_input is None:  # rule 15: a review whose expiry passed resolves now
+        return [*recovered, *answering.expiry_events(fold, answering.expired_reviews(fold, now))]
     if isinstance(run_input, Command):
         events: list[Event] = []
         if run_input.update is not None:
@@ -324,17 +328,15 @@ def start_events(
             answers = target_answers(fold, pending, run_input.resume)
             for interrupt_id in answers:  # rule 12, before rule 5: a refused reviewer learns nothing more
                 authorize(spec.policies, interrupt_id, pending[interrupt_id].value, reviewer)
+            answering.refuse_expired(fold, pending, list(answers), now)  # rule 15
             checked = {
                 interrupt_id: validate_answer(
                     spec, fold, pending[interrupt_id], as_stored(fold, interrupt_id, answer), reviewer
                 )
                 for interrupt_id, answer in answers.items()
             }
-            resume: dict[str, Any] = {"answers": checked}
-            if reviewer is not None:
-                resume["reviewer"] = reviewer
-            resume["channel"] = channel  # rule 11: who, through which channel (the event has the time)
-            events.append(Event("resume", resume))
+            # rules 11, 13 and 14: who answered, how, and whether it is a vote or the answer
+            events += answering.answer_events(spec, fold, pending, checked, reviewer, channel)
         elif run_input.update is None:
             raise InvalidDecisionError("Command needs resume=..., update=... or both")
         return events

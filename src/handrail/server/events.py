@@ -12,6 +12,10 @@ that reconnects with ``Last-Event-ID`` (or ``?after=ID``) gets what it missed, i
                       (``Agent.may_decide``, SPEC rule 12)
 ``review.decided``    an answer was recorded: ``{"thread_id", "interrupt_id",
                       "reviewer", "channel"}``
+``review.approved``   one approval of a review that needs several (SPEC rule 14),
+                      which stays pending: the same keys
+``review.expired``    a review expired unanswered and its policy's ``on_expiry``
+                      decided it (rule 15): the same keys, channel ``expiry``
 ``run.finished``      a run ended: ``{"thread_id", "run_id", "status"}`` (``success`` or
                       ``error``) and ``thread_status`` (``interrupted``, ``idle``, ``running``)
 

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 
 from handrail.checkpoint._records import MAX_TIME
-from handrail.checkpoint.base import QUEUED_RUN, ClaimFilter, FeedEntry, feed_position
+from handrail.checkpoint.base import NOTICE_KINDS, QUEUED_RUN, ClaimFilter, FeedEntry, feed_position
 from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
 from handrail.errors import SerializationError
@@ -47,7 +47,6 @@ __all__ = ["QUEUE_CHANNEL", "FeedSQL", "feed_migration"]
 QUEUE_CHANNEL = "handrail_queue"
 """The ``LISTEN`` channel of the queue: a thread was queued; the payload is the schema's name."""
 
-_KINDS = frozenset({"review.requested", "review.decided", "run.finished"})
 _TRIES = 8  # threads a claim looks at before it gives up for now (each found busy when locked)
 _SEAL_BATCH = 5000  # rows a sealer places at once (more wait for the next read)
 
@@ -204,7 +203,7 @@ def _entry(row: Sequence[object]) -> FeedEntry:
     if (
         type(seq) is not int
         or seq < 0
-        or kind not in _KINDS
+        or kind not in NOTICE_KINDS
         or not isinstance(created_at, float)
         or not 0 <= created_at < MAX_TIME
         or not isinstance(data, bytes)

@@ -26,7 +26,7 @@ import psycopg
 import psycopg.errors
 
 from handrail.checkpoint._records import conflict, encode_metadata, encode_tools, epoch_conflict
-from handrail.checkpoint.base import QUEUED_RUN, Notice, StoredEvent, ThreadRecord
+from handrail.checkpoint.base import NOTICE_KINDS, QUEUED_RUN, Notice, StoredEvent, ThreadRecord
 from handrail.checkpoint.postgres._base import CONFLICT_STATE, Op, Query, Tables
 from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
@@ -56,7 +56,6 @@ _REVIEW_KEYS = tuple(tuple(f"r{n}{field}" for field in "iklapgs") for n in range
 # Notices (a handful an append at most) are listed too, their kinds written into the SQL.
 _LISTED_NOTICES = 4
 _NOTICE_KEYS = tuple(f"n{n}" for n in range(_LISTED_NOTICES))
-_NOTICE_KINDS = frozenset({"review.requested", "review.decided", "run.finished"})
 
 
 class WriteSQL(Tables):
@@ -412,8 +411,8 @@ class WriteSQL(Tables):
 
 def _literal(kind: str) -> str:
     """A notice's kind as an SQL literal: only the known kinds (they hold no quote)."""
-    if kind not in _NOTICE_KINDS:
-        raise ValueError(f"unknown notice kind {kind!r}; known: {sorted(_NOTICE_KINDS)}")
+    if kind not in NOTICE_KINDS:
+        raise ValueError(f"unknown notice kind {kind!r}; known: {sorted(NOTICE_KINDS)}")
     return f"'{kind}'"
 
 

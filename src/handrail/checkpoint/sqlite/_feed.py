@@ -24,12 +24,11 @@ from typing import Any
 
 from handrail.checkpoint._records import MAX_NAME, MAX_TIME, decode_metadata
 from handrail.checkpoint._signal import QueueSignal
-from handrail.checkpoint.base import QUEUED_RUN, ClaimFilter, FeedEntry, Notice, feed_position
+from handrail.checkpoint.base import NOTICE_KINDS, QUEUED_RUN, ClaimFilter, FeedEntry, Notice, feed_position
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._runs import _Runs, check_run_row
 from handrail.errors import SerializationError
 
-_FEED_KINDS = frozenset({"review.requested", "review.decided", "run.finished"})
 _QUEUE_SQL = (
     "INSERT OR IGNORE INTO handrail_runs (thread_id, run_id, owner_id, claimed_at) VALUES (?, ?, '', ?)"
 )
@@ -126,7 +125,7 @@ def _entry(row: Sequence[Any]) -> FeedEntry:
     if (
         type(seq) is not int
         or seq < 0
-        or kind not in _FEED_KINDS
+        or kind not in NOTICE_KINDS
         or type(created_at) not in (int, float)
         or not 0 <= created_at < MAX_TIME
         or not isinstance(data, bytes)

@@ -1,0 +1,42 @@
+"""Durations as people write them: ``90``, ``"30s"``, ``"15m"``, ``"1h"``, ``"2d"``, ``"1h30m"``.
+
+Read by the CLI (``--for 1h``, ``--every 30s``) and by policy files (``expires_after =
+"1h"``); a Python caller passes seconds or a ``timedelta``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["DurationError", "parse_duration"]
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+
+class DurationError(ValueError):
+    """A duration that cannot be read; the message says what is expected."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a number of seconds, or parts like ``1h30m`` (s, m, h, d).
+
+    Example::
+
+        parse_duration("1h30m")   # 5400.0
+        parse_duration("45")      # 45.0
+    """
+    raw = text.strip().lower()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+        if raw and _PART.sub("", raw) == "":
+            seconds = sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(raw))
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise DurationError(
+            f"cannot read the duration {text!r}: expected a number of seconds or parts like 30s, 15m, "
+            "1h, 2d (1h30m), more than zero"
+        )
+    return seconds
