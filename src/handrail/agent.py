@@ -512,7 +512,7 @@ class Agent:
         config = _compat_agent.run_config(self, config, options or {})
         context = _compat_agent.coerce_context(self._spec.context_schema, context)
         store, thread_id, configurable, can_pause, why = self._resolve(config, for_run=True)
-        reviewer = _reviewer(configurable.get("reviewer"))
+        reviewer = _identity(configurable)
         metadata = (config or {}).get("metadata")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise ConfigurationError("config['metadata'] must be a dict")
@@ -1110,7 +1110,20 @@ def _caller(configurable: Mapping[str, Any]) -> tuple[Any, str]:
     channel = configurable.get("channel", "python")
     if not isinstance(channel, str) or not channel:
         raise ConfigurationError("config['configurable']['channel'] must be a non-empty string")
-    return _reviewer(configurable.get("reviewer")), channel
+    return _identity(configurable), channel
+
+
+def _identity(configurable: Mapping[str, Any]) -> Any:
+    """Who is calling, from a config: its ``reviewer``, or ``user`` (the same, named for a
+    run's starter: SPEC rule 13); giving both, they must agree."""
+    reviewer = _reviewer(configurable.get("reviewer"))
+    user = _reviewer(configurable.get("user"))
+    if reviewer is not None and user is not None and reviewer != user:
+        raise ConfigurationError(
+            "config['configurable'] names both a 'reviewer' and a 'user', and they differ: name the "
+            "caller once ('user' is another name for the same identity)"
+        )
+    return reviewer if reviewer is not None else user
 
 
 def _decision(

@@ -628,7 +628,7 @@ def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[S
 def _inbox_payload(record: InterruptRecord, thread_id: str) -> bytes:
     """The stored form of a pending interrupt's value, made once per interrupt."""
     if record.stored is None:
-        stored = review_record(record.id, record.kind, record.value, thread_id)
+        stored = review_record(record.id, record.kind, record.value, thread_id, record.terms)
         object.__setattr__(record, "stored", stored)  # a cache, not state
     assert record.stored is not None
     return record.stored

@@ -383,9 +383,15 @@ def review_payload(interrupt_payload: bytes) -> bytes:
     return _EVENT_VALUE_MARK + interrupt_payload
 
 
-def review_record(interrupt_id: str, kind: str, value: Any, thread_id: str) -> bytes:
-    """The inbox payload of a pending review raised before this run: its id, kind and value."""
-    data = {"id": interrupt_id, "kind": kind, "value": value}
+def review_record(interrupt_id: str, kind: str, value: Any, thread_id: str, terms: Any = None) -> bytes:
+    """The inbox payload of a pending review raised before this run: its id, kind, value
+    and the terms it was asked under (when not the defaults)."""
+    data = {
+        "id": interrupt_id,
+        "kind": kind,
+        "value": value,
+        **({"terms": terms} if terms is not None else {}),
+    }
     return _REVIEW_MARK + pack_payload(dumps(data, where=f"interrupt {interrupt_id} of thread {thread_id!r}"))
 
 

@@ -26,6 +26,7 @@ from handrail.server.limits import RateLimit, RequestGuard
 from handrail.server.problems import BodyLimit, install
 from handrail.server.registry import RunRegistry
 from handrail.server.service import Service
+from handrail.sweep import asweep
 from handrail.worker import Worker
 
 __all__ = ["create_app"]
@@ -42,6 +43,7 @@ def create_app(
     worker_poll: float = 1.0,
     feed_retention: float = 7 * 24 * 3600.0,
     rate_limit: float | None = None,
+    sweep_every: float | None = 30.0,
 ) -> FastAPI:
     """The service's ASGI app for ``agents`` (assistant id -> agent, each with its store).
 
@@ -55,8 +57,11 @@ def create_app(
     Request bodies are at most ``max_body`` bytes; JSON, ids and pages are bounded as
     ``limits.py`` says. ``rate_limit``: at most this many requests a second per
     credential (a 429 beyond; :class:`~handrail.server.limits.RateLimit`); None, the
-    default: no limit.
+    default: no limit. Every ``sweep_every`` seconds it resolves the reviews of its agents
+    that expired unanswered (SPEC rule 15, ``handrail.sweep``); None: never here.
     """
+    if sweep_every is not None and not sweep_every > 0:
+        raise ValueError(f"sweep_every is a number of seconds above 0 (or None), got {sweep_every!r}")
     if rate_limit is not None and not rate_limit > 0:
         raise ValueError(f"rate_limit is a number of requests a second above 0 (or None), got {rate_limit!r}")
     for name, agent in agents.items():
@@ -80,6 +85,8 @@ def create_app(
         background = [asyncio.create_task(_trim(list(stores.values()), feed_retention))]
         if worker_concurrency:
             background.append(asyncio.create_task(service.worker.run()))
+        if sweep_every is not None:
+            background.append(asyncio.create_task(_sweep(service, sweep_every)))
         try:
             yield
         finally:
@@ -190,3 +197,16 @@ async def _trim(stores: list[Any], retention: float) -> None:
             except Exception:
                 log.warning("could not trim the feed of %r", store, exc_info=True)
         await asyncio.sleep(3600)
+
+
+async def _sweep(service: Service, every: float) -> None:
+    """The sweeper inside the service: expired reviews resolve, and this worker runs them."""
+    while True:
+        try:
+            if await asweep(service.agents):
+                service.worker.wake()
+                if service.live is not None:
+                    service.live.poke()
+        except Exception:
+            log.exception("a sweep of expired reviews failed; the next one tries again")
+        await asyncio.sleep(every)

@@ -32,6 +32,7 @@ from handrail.errors import (
     InvalidInputError,
     NotAllowedError,
     PendingInterruptError,
+    ReviewExpiredError,
     SerializationError,
 )
 
@@ -88,7 +89,7 @@ _WHEN = {
     401: "No credential, or one that is unknown, malformed or revoked",
     403: "The credential's roles may not decide this review (rule 12); nothing was saved",
     404: "No such thread, interrupt or assistant",
-    409: "Already answered (naming who and when) or the thread is busy",
+    409: "Already answered (naming who and when), expired (naming when) or the thread is busy",
     413: "The request body is too large",
     422: "Refused by the rules: an answer or input that rule 5 rejects, or a cursor from elsewhere",
     429: "Too many requests from this credential (--rate-limit); Retry-After says when to retry",
@@ -161,6 +162,13 @@ def client_problem(exc: BaseException) -> Problem | None:
             answered_by=exc.answered_by,
             answered_at=exc.answered_at.isoformat(),
             channel=exc.channel,
+        )
+    if isinstance(exc, ReviewExpiredError):
+        return Problem(
+            409,
+            str(exc),
+            interrupt_id=exc.interrupt_ids[0] if exc.interrupt_ids else None,
+            expired_at=exc.expired_at.isoformat(),
         )
     if isinstance(exc, (ConflictError, PendingInterruptError)):
         return Problem(409, str(exc))

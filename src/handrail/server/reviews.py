@@ -273,10 +273,13 @@ async def record_answer(
         "answer": to_wire(decision.answer),
         "reviewer": decision.reviewer,
         "channel": decision.channel,
+        # rule 14: a vote on a review that needs more approvals leaves it pending
+        "waiting": decision.waiting,
+        "approvals": [a.as_json() for a in decision.approvals],
     }
     if service.live is not None:
         service.live.poke()
-    if not wait:
+    if not wait or decision.waiting:  # a vote runs nothing: there is no run to wait for
         service.worker.wake()
         return body
     body.update(await _continued(service, agent, thread_id, before))

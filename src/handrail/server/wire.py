@@ -127,6 +127,9 @@ def inbox_entry(item: PendingInterrupt, last_messages: Sequence[Any]) -> dict[st
         "action_requests": to_wire(requests),
         "review_configs": to_wire(_review_configs(value)),
         "last_messages": to_wire(list(last_messages)),
+        # rules 14-15: how far its approvals have come, and when it expires unanswered
+        "approvals": [a.as_json() for a in item.approvals],
+        "expires_at": item.expires_at.isoformat() if item.expires_at is not None else None,
     }
 
 
