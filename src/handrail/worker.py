@@ -143,6 +143,21 @@ class Worker:
         self._full = False  # the last look stopped at the concurrency limit: there may be more
         self.ran = 0  # runs finished (for logs and tests)
 
+    def use_agents(self, agents: Mapping[str, Agent]) -> None:
+        """Host ``agents`` from now on in place of the agents it hosts (a policy reload,
+        ``server/reload.py``): the same keys, each agent with the name and the store of the
+        one it replaces. A run going keeps its agent; a thread taken from now on is run by
+        the new one.
+        """
+        hosted = {key: agent for group in self._groups for key, agent in group.agents.items()}
+        if set(agents) != set(hosted):
+            raise ConfigurationError(f"a worker hosts {sorted(hosted)}; got agents {sorted(agents)}")
+        for key, agent in agents.items():
+            if agent.checkpointer is not hosted[key].checkpointer or agent.name != hosted[key].name:
+                raise ConfigurationError(f"agent {key!r} must keep the name and the store it has")
+        for group in self._groups:
+            group.agents = {key: agents[key] for key in group.agents}
+
     def running(self, thread_id: str) -> bool:
         """Whether this worker is running a run of ``thread_id`` now."""
         return any(key.startswith(thread_id + "\x00") for key in self._running)

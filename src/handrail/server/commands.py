@@ -250,14 +250,25 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         import uvicorn
     except ImportError:
         raise CommandError("handrail serve needs the server extra: pip install 'handrail[server]'") from None
-    from handrail.server.app import create_app
+    import asyncio
 
-    agents, where = _agents(args, "serve")
+    from handrail.server.app import create_app
+    from handrail.server.reload import PolicyReload
+
+    code, agents, where = _agents(args, "serve")
     names = list(agents)
     db = _server_db(args)
     app = create_app(agents, db=db, worker_concurrency=args.concurrency, rate_limit=args.rate_limit)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    reloading = PolicyReload(args.policy, code, console, app.state.service.use_agents)
+    reloading.arm()  # a SIGHUP before the loop runs waits for it (by default it would end the process)
+
+    class Server(uvicorn.Server):
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            reloading.install(asyncio.get_running_loop())  # SIGHUP reloads the policy, on this loop
+            await super().serve(sockets)
+
+    server = Server(config)
     flags = (
         f" --postgres {masked_dsn(args.postgres)}" if args.postgres else f" --db {args.db}" if args.db else ""
     )
@@ -278,7 +289,9 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     console.print(f"API: {where_at}/openapi.json · web inbox: {where_at}/inbox", soft_wrap=True)
     if args.policy is not None:
         console.print(
-            f"Review policy: {args.policy}, for the agents it names (not the code's)", soft_wrap=True
+            f"Review policy: {args.policy}, for the agents it names (not the code's); "
+            f"kill -HUP {os.getpid()} reloads it",
+            soft_wrap=True,
         )
     if not _loopback(args.host):
         console.print(
@@ -314,9 +327,12 @@ def _policy_flag(parser: Any) -> None:
     )
 
 
-def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], str]:
-    """The agents the flags name, on the store they name (and where that is)."""
+def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The agents the flags name, on the store they name: as their code makes them (kept for
+    a reload, ``reload.py``) and as served, with the policy file's policy (``--policy``);
+    and where the store is."""
     from handrail.server.loading import load_agent, on_store, parse_agent_flag
+    from handrail.server.reload import with_policy
 
     named = [parse_agent_flag(flag) for flag in args.agent]
     if args.target is not None:
@@ -328,39 +344,38 @@ def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], str]:
     if len(set(names)) != len(names):
         raise CommandError(f"two agents have the same name: {names}")
     loaded = {name: load_agent(target) for name, target in named}
-    if getattr(args, "policy", None) is not None:
-        from handrail.review.policy_file import load_policy_file
-
-        policies = load_policy_file(args.policy)  # a PolicyFileError names file, line and key
-        policies.check({name: list(agent.tools) for name, agent in loaded.items()})
-        loaded = {
-            name: agent.with_policy_file(args.policy, name=name) if name in policies.agents else agent
-            for name, agent in loaded.items()
-        }
+    # a bad policy file stops it here, before the store opens (a PolicyFileError names file, line and key)
+    served = with_policy(args.policy, loaded) if args.policy is not None else loaded
     store, where = _open_store(args)
-    return {name: on_store(agent, store) for name, agent in loaded.items()}, where
+    code = {name: on_store(agent, store) for name, agent in loaded.items()}
+    if args.policy is None:
+        return code, code, where
+    return code, {name: on_store(agent, store) for name, agent in served.items()}, where
 
 
 def _work(args: argparse.Namespace, console: Console) -> int:
     import asyncio
-    import os
     import signal
 
+    from handrail.server.reload import PolicyReload
     from handrail.worker import Worker
 
     if not args.poll > 0:
         raise CommandError(f"--poll takes a number of seconds above 0, got {args.poll}")
     if args.concurrency < 1:
         raise CommandError("--concurrency takes a whole number of at least 1 for a worker")
-    agents, where = _agents(args, "worker")
+    code, agents, where = _agents(args, "worker")
     store = next(iter(agents.values())).checkpointer
     worker = Worker(agents, concurrency=args.concurrency, poll=args.poll)
+    reloading = PolicyReload(args.policy, code, console, worker.use_agents)
+    reloading.arm()
 
     async def main() -> None:
         await store.setup()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.stop()))
+        reloading.install(loop)  # SIGHUP reloads the policy file
         console.print(
             f"handrail worker for {', '.join(agents)} on {where} (pid {os.getpid()}): running answered "
             f"threads, {args.concurrency} at a time. Ctrl-C stops it (the runs going are let finish).",

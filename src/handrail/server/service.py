@@ -114,6 +114,23 @@ class Service:
             raise Problem(404, f"no assistant {assistant_id!r}; this service serves {sorted(self.agents)}")
         return agent
 
+    def use_agents(self, agents: Mapping[str, Agent]) -> None:
+        """Serve ``agents`` from now on in place of the agents served (a policy reload,
+        ``reload.py``): the same keys, each agent with the name and the store of the one it
+        replaces. The map is replaced whole, so a lookup finds an old agent or a new one
+        (never a mix of the two within one agent); this process's worker hosts them too. A
+        request or a run holding an agent keeps it; one that looks its agent up afterwards
+        gets the new one.
+        """
+        if list(agents) != list(self.agents):
+            raise ValueError(f"the service serves {list(self.agents)}; got agents {list(agents)}")
+        for key, agent in agents.items():
+            if agent.checkpointer is not self.agents[key].checkpointer or agent.name != self.agents[key].name:
+                raise ValueError(f"agent {key!r} must keep the name and the store it has")
+        if self.worker is not None:
+            self.worker.use_agents(agents)
+        self.agents = dict(agents)
+
     @property
     def default_assistant(self) -> str:
         """The first agent served: owner of the threads bound to no agent."""
