@@ -425,23 +425,18 @@ class Agent:
         (rule 8). Sweeping many threads: :func:`handrail.sweep.sweep`.
         """
         env, request = self._expiry_run(thread_id, now)
-        before = {i.id for i in self.get_state({"configurable": {"thread_id": thread_id}}).interrupts}
         try:
-            result = self._run_sync(env, request)
+            return sorted(self._run_sync(env, request).recorded)
         except ConflictError:
             return []  # being run elsewhere: that run resolves it, or the next sweep
-        return sorted((before - {i.id for i in result.interrupts}) & set(result.answers))
 
     async def aexpire(self, thread_id: str, *, now: float | None = None) -> list[str]:
         """Async :meth:`expire`."""
         env, request = self._expiry_run(thread_id, now)
-        state = await self.aget_state({"configurable": {"thread_id": thread_id}})
-        before = {i.id for i in state.interrupts}
         try:
-            result = await self._run_async(env, request)
+            return sorted((await self._run_async(env, request)).recorded)
         except ConflictError:
             return []
-        return sorted((before - {i.id for i in result.interrupts}) & set(result.answers))
 
     def _expiry_run(self, thread_id: str, now: float | None) -> tuple[Env, loop.RunRequest]:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "channel": "expiry"}}

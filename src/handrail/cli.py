@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from handrail import __version__, cli_policy, review_cli
+from handrail import __version__, cli_policy, cli_sweep, review_cli
 from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
@@ -151,6 +151,7 @@ def _build_parser() -> argparse.ArgumentParser:
     service_commands.add_commands(commands)  # serve, worker, tokens (handrail.server)
     review_cli.add_commands(commands)  # inbox, show, approve, ..., audit (handrail.review_cli)
     cli_policy.add_commands(commands)  # policy check (handrail.cli_policy)
+    cli_sweep.add_commands(commands)  # sweep (handrail.cli_sweep)
     return parser
 
 
@@ -177,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise StoreError(str(exc)) from None
         if args.command in cli_policy.COMMANDS:
             return cli_policy.run(args, safe_console(highlight=False), UsageError)
+        if args.command in cli_sweep.COMMANDS:
+            return cli_sweep.run(args, safe_console(highlight=False), StoreError)
         if args.command in review_cli.COMMANDS:
             try:
                 return review_cli.run(args, safe_console(highlight=False))

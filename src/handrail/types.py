@@ -172,6 +172,7 @@ class AuditEntry:
     at: datetime
     event: Literal[
         "review_requested",
+        "approval",
         "answered",
         "tool_started",
         "tool_finished",

@@ -72,6 +72,7 @@ class RunResult(NamedTuple):
     interrupts: tuple[Interrupt, ...]
     answers: Mapping[str, Any] = {}  # a record-only run's: the answers as saved (``Agent.decide``)
     approvals: Mapping[str, tuple[CallApprovals, ...]] = {}  # and the counts of reviews still pending
+    recorded: tuple[str, ...] = ()  # a record-only run's: the reviews its own events resolved
 
 
 # Time travel ---------------------------------------------------------------------------------
@@ -178,7 +179,10 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
             for key, votes in fold.votes.items()
             if key in fold.pending
         }
-        return RunResult(fold.public_values(), interrupts_of(fold.pending, spec), dict(fold.answers), counted)
+        mine = tuple(i for e in events if e.kind == "resume" for i in e.data["answers"])
+        return RunResult(
+            fold.public_values(), interrupts_of(fold.pending, spec), dict(fold.answers), counted, mine
+        )
     runtime: Runtime[Any] = Runtime(
         thread_id=env.thread_id,
         config=request.config,

@@ -68,6 +68,14 @@ def add_commands(commands: Any) -> None:
         help="at most N requests a second per credential, in bursts of up to N; more get a 429 "
         "(default: no limit)",
     )
+    serve.add_argument(
+        "--sweep-every",
+        type=_sweep_every,
+        default=30.0,
+        metavar="DURATION",
+        help="resolve reviews that expired unanswered this often (default: 30s; 'off': leave it to "
+        "'handrail sweep')",
+    )
     worker = commands.add_parser(
         "worker",
         help="run the answered reviews of agents, beside or instead of the service",
@@ -258,7 +266,13 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     code, agents, where = _agents(args, "serve")
     names = list(agents)
     db = _server_db(args)
-    app = create_app(agents, db=db, worker_concurrency=args.concurrency, rate_limit=args.rate_limit)
+    app = create_app(
+        agents,
+        db=db,
+        worker_concurrency=args.concurrency,
+        rate_limit=args.rate_limit,
+        sweep_every=args.sweep_every,
+    )
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     reloading = PolicyReload(args.policy, code, console, app.state.service.use_agents)
     reloading.arm()  # a SIGHUP before the loop runs waits for it (by default it would end the process)
@@ -399,6 +413,12 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}")
     return value
+
+
+def _sweep_every(text: str) -> float | None:
+    from handrail.cli_sweep import duration_flag
+
+    return None if text.strip().lower() in ("off", "0", "never") else duration_flag(text)
 
 
 def _rate(text: str) -> float:
