@@ -313,3 +313,19 @@ def test_create_agent_takes_a_policy_file_for_its_name_and_refuses_two_policies(
     two = write(tmp_path, EXAMPLE + "\n[agents.billing.interrupt_on]\nrefund = true\n", name="two.toml")
     with pytest.raises(PolicyFileError, match=r"holds several agents \(billing, support\)"):
         create_agent(ScriptedModel([]), tools=[refund], policy_file=two)
+
+
+def test_a_file_writes_expiry_as_a_duration_and_the_review_keeps_it(tmp_path: Path) -> None:
+    """§5.4 with rule 15: ``expires_after = "1h"`` in a file is 3600 seconds in the review's terms."""
+    from handrail.review.policy_file import load_policy_file
+
+    path = tmp_path / "handrail.toml"
+    path.write_text(
+        "[agents.support.interrupt_on.refund]\n"
+        'allowed_decisions = ["approve", "reject"]\n'
+        'expires_after = "1h"\n'
+        "required_approvals = 2\n"
+        "allow_self_approval = false\n"
+    )
+    found = load_policy_file(path).for_agent("support", tools=["refund"])
+    assert found["interrupt_on"]["refund"]["expires_after"] == 3600.0

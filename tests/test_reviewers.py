@@ -259,3 +259,13 @@ def test_the_one_authorization_function_allows_exactly_a_shared_role(
     reason = agent.refusal(value, {"id": "x", "roles": held})
     assert (reason is None) == bool(set(required) & set(held))
     assert agent.refusal({"question": "custom"}, None) is None
+
+
+def test_config_user_names_the_run_starter_and_may_not_contradict_reviewer(make_agent: AgentFactory) -> None:
+    """Rule 13: ``user`` is another name for the caller's identity; naming two is refused."""
+    agent = make_agent([turn(call("execute_sql", query="x")), {"content": "done"}], policy=POLICY)
+    with pytest.raises(ConfigurationError, match="both a 'reviewer' and a 'user'"):
+        agent.invoke({"messages": ["go"]}, config(reviewer=ALICE, user=BOB))
+    agent.invoke({"messages": ["go"]}, config(user=ALICE))
+    (started,) = [e for e in agent.get_audit_trail(config()) if e.event == "input"]
+    assert started.by == ALICE

@@ -151,8 +151,9 @@ class AlreadyAnsweredError(ConflictError):
 class ReviewExpiredError(ConflictError):
     """The review expired unanswered (SPEC rule 15) and can no longer be answered.
 
-    ``expired_at`` says when (an aware ``datetime``); the expiry resolved it, or will on
-    the next sweep, by the policy's ``on_expiry``. The service answers it with a 409.
+    ``expired_at`` (an aware ``datetime``) says when it expired; once the expiry has been
+    recorded (by a sweep, ``invoke(None, config)``), when that was. The policy's
+    ``on_expiry`` decides it. The service answers it with a 409.
     """
 
     def __init__(self, message: str, *, thread_id: str, interrupt_id: str, expired_at: datetime) -> None:
