@@ -12,6 +12,9 @@ The backend, one concept a module:
   appends. :mod:`~handrail.checkpoint.postgres.prune`: pruning.
 - :mod:`~handrail.checkpoint.postgres.deletions`: deleting a thread, and the record of
   it that stays (SPEC rule 21), written in the same transaction.
+- :mod:`~handrail.checkpoint.postgres.grants`: grants (SPEC rule 16): added in an
+  append's transaction, each use spent by one conditional ``UPDATE`` (race-safe under
+  READ COMMITTED), listed, revoked; a thread's deletion leaves them.
 - :mod:`~handrail.checkpoint.postgres.read`: reads (one statement, one snapshot) and the
   reviewers' inbox (one index walked in page order), every row checked against its seal.
 - :mod:`~handrail.checkpoint.postgres.repair`: a thread's rows rebuilt from its log.

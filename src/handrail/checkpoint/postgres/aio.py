@@ -26,6 +26,7 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
 )
+from handrail.checkpoint.grants import GrantChange
 from handrail.checkpoint.postgres._base import Op
 from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.drivers import (
@@ -38,9 +39,11 @@ from handrail.checkpoint.postgres.drivers import (
     run_async,
 )
 from handrail.checkpoint.postgres.feed import QUEUE_CHANNEL
+from handrail.checkpoint.postgres.grants import AsyncGrantMethods
 from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
 from handrail.checkpoint.postgres.write import append_flow
+from handrail.checkpoint.sqlite._grant_rows import checked_change
 from handrail.errors import ConfigurationError, StoreUnavailableError
 
 __all__ = ["AsyncPostgresSaver"]
@@ -48,7 +51,7 @@ __all__ = ["AsyncPostgresSaver"]
 T = TypeVar("T")
 
 
-class AsyncPostgresSaver(BaseCheckpointSaver):
+class AsyncPostgresSaver(AsyncGrantMethods, BaseCheckpointSaver):
     """PostgresSaver for asyncio: the ``a``-methods run on psycopg's async driver.
 
     ``conn`` is a ``psycopg_pool.AsyncConnectionPool`` or a ``psycopg.AsyncConnection``
@@ -215,9 +218,11 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         check_append(thread_id, events, expected_seq, record)
         check_reading(reading, record)
+        added = checked_change(grants)  # refused before anything is written
         released = release is not None and (thread_id, release) in self._claimed
         if release is not None:
             self._claimed.discard((thread_id, release))
@@ -236,6 +241,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                     reading=reading,
                     notices=notices,
                     queue=queue,
+                    grants=added,
                 )
             )
         except BaseException:
@@ -423,6 +429,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         self._call(
             lambda: self.aappend(
@@ -436,6 +443,7 @@ class AsyncPostgresSaver(BaseCheckpointSaver):
                 reading=reading,
                 notices=notices,
                 queue=queue,
+                grants=grants,
             )
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from handrail.checkpoint.postgres.deletions import DeletionSQL
 from handrail.checkpoint.postgres.feed import FeedSQL
+from handrail.checkpoint.postgres.grants import GrantSQL
 from handrail.checkpoint.postgres.liveness import LivenessSQL
 from handrail.checkpoint.postgres.prune import PruneSQL
 from handrail.checkpoint.postgres.read import ReadSQL
@@ -14,5 +15,5 @@ from handrail.checkpoint.postgres.write import WriteSQL
 __all__ = ["Queries"]
 
 
-class Queries(SchemaSQL, WriteSQL, PruneSQL, ReadSQL, LivenessSQL, FeedSQL, DeletionSQL, RepairSQL):
+class Queries(SchemaSQL, WriteSQL, PruneSQL, ReadSQL, LivenessSQL, FeedSQL, DeletionSQL, RepairSQL, GrantSQL):
     """The SQL of every operation, for one schema (see each base class). No I/O."""

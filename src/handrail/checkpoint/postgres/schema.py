@@ -7,9 +7,10 @@ thread_id, interrupt_id)`` keyset order), ``pending_tools`` and ``pending_metada
 (the inbox's tool and metadata filters, keyed by filter value and *page key*),
 ``readings`` (each thread's saved reading), ``runs`` (claimed runs, and queued
 threads), ``feed`` (the notices the review service reads: ``feed.py``), ``deletions``
-(what deleting a thread leaves: ``deletions.py``) and ``schema_version``. Thread rows,
-pending rows and deletion records carry seals (``checkpoint/seals.py``, version 7); the functions
-``handrail_conflict``, ``handrail_fail`` and ``handrail_page_key``. Key columns use the
+(what deleting a thread leaves: ``deletions.py``), ``grants`` (SPEC rule 16, version 8:
+``grants.py``) and ``schema_version``. Thread rows, pending rows and deletion records
+carry seals (``checkpoint/seals.py``, version 7); the functions ``handrail_conflict``,
+``handrail_fail`` and ``handrail_page_key``. Key columns use the
 ``"C"`` collation so that the inbox orders exactly as the in-memory store does.
 
 :meth:`SchemaSQL.setup` creates or migrates the schema in one transaction under
@@ -38,6 +39,7 @@ from handrail.checkpoint.postgres._base import (
 )
 from handrail.checkpoint.postgres.deletions import deletion_seal_sql, deletions_migration
 from handrail.checkpoint.postgres.feed import feed_migration
+from handrail.checkpoint.postgres.grants import grants_migration
 from handrail.checkpoint.seals import head_after, review_seal, thread_digest
 from handrail.errors import ConfigurationError
 
@@ -226,6 +228,11 @@ def migrations(p: str) -> tuple[Migration, ...]:
                 ),
             ),
             step=_seal_every_row,
+        ),
+        Migration(
+            8,
+            "grants: what each covers, until when and how often, who gave it (SPEC rule 16)",
+            grants_migration(p),
         ),
     )
 

@@ -27,6 +27,7 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
 )
+from handrail.checkpoint.grants import GrantChange
 from handrail.checkpoint.postgres._base import Op
 from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.drivers import (
@@ -39,9 +40,11 @@ from handrail.checkpoint.postgres.drivers import (
     run_sync,
 )
 from handrail.checkpoint.postgres.feed import QUEUE_CHANNEL
+from handrail.checkpoint.postgres.grants import GrantMethods
 from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
 from handrail.checkpoint.postgres.write import append_flow
+from handrail.checkpoint.sqlite._grant_rows import checked_change
 from handrail.errors import ConfigurationError, StoreUnavailableError
 
 __all__ = ["PostgresSaver"]
@@ -49,7 +52,7 @@ __all__ = ["PostgresSaver"]
 T = TypeVar("T")
 
 
-class PostgresSaver(BaseCheckpointSaver):
+class PostgresSaver(GrantMethods, BaseCheckpointSaver):
     """Keeps threads in PostgreSQL; share one saver per process between threads.
 
     ``conn`` is a ``psycopg_pool.ConnectionPool`` or a ``psycopg.Connection`` (used
@@ -245,10 +248,12 @@ class PostgresSaver(BaseCheckpointSaver):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         """Append events (see the store protocol); returns once the server has committed them."""
         check_append(thread_id, events, expected_seq, record)
         check_reading(reading, record)
+        added = checked_change(grants)  # refused before anything is written
         released = self._forget_claim(thread_id, release)
         try:
             self._perform(
@@ -265,6 +270,7 @@ class PostgresSaver(BaseCheckpointSaver):
                     reading=reading,
                     notices=notices,
                     queue=queue,
+                    grants=added,
                 )
             )
         except BaseException:

@@ -10,6 +10,8 @@ and no second query is needed. A second writer with the same expected head finds
 to move once the first commits, or collides on the ``(thread_id, seq)`` key: either way
 it gets :class:`~handrail.errors.ConflictError` (SPEC rule 8). Every append returns once
 the server has committed it (or refused it); none is left for a later call to confirm.
+An append that adds grants (``grants.py``) wraps that statement and one ``INSERT`` per
+grant in ``BEGIN``/``COMMIT``, still one round trip.
 
 The only state the saver keeps between appends is
 :class:`~handrail.checkpoint.postgres.cleared.Cleared`.
@@ -27,8 +29,9 @@ import psycopg.errors
 
 from handrail.checkpoint._records import conflict, encode_metadata, encode_tools, epoch_conflict
 from handrail.checkpoint.base import NOTICE_KINDS, QUEUED_RUN, Notice, StoredEvent, ThreadRecord
-from handrail.checkpoint.postgres._base import CONFLICT_STATE, Op, Query, Tables
+from handrail.checkpoint.postgres._base import BEGIN, COMMIT, CONFLICT_STATE, Op, Query
 from handrail.checkpoint.postgres.cleared import Cleared
+from handrail.checkpoint.postgres.grants import GrantSQL, grant_error
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
 from handrail.checkpoint.postgres.read import page_key
 from handrail.checkpoint.postgres.schema import INDEXED_SQL
@@ -58,7 +61,7 @@ _LISTED_NOTICES = 4
 _NOTICE_KEYS = tuple(f"n{n}" for n in range(_LISTED_NOTICES))
 
 
-class WriteSQL(Tables):
+class WriteSQL(GrantSQL):
     """Appends (pruning: ``prune.py``; deleting a thread, and the record it leaves: ``deletions.py``)."""
 
     def append(
@@ -75,6 +78,7 @@ class WriteSQL(Tables):
         clear: int = 2,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: Sequence[tuple[Any, ...]] = (),
     ) -> Op[None]:
         """One statement: move the head (or conflict), then write everything else.
 
@@ -89,6 +93,7 @@ class WriteSQL(Tables):
         transaction, so its commit does not wait for the WAL flush (the server keeps it
         if our process dies; WAL order makes the next durable commit flush it too).
         ``notices`` go to the feed and ``queue`` leaves the thread queued (``feed.py``).
+        ``grants``: the rows of new grants (``grants.py``), added in the same transaction.
 
         The thread row and the pending rows are sealed to the head hash (``seals.py``): the
         last event's; an append without events first reads the row's, and moves the row
@@ -197,7 +202,10 @@ class WriteSQL(Tables):
                 notices=listed_notices,
                 queue=queue,
             )
-        yield [Query(sql, params)]
+        if grants:
+            yield [BEGIN, Query(sql, params), *self.grant_inserts(grants), COMMIT]
+        else:
+            yield [Query(sql, params)]
 
     def _build_append(
         self,
@@ -441,6 +449,7 @@ def append_flow(
     reading: StoredEvent | None,
     notices: Sequence[Notice] = (),
     queue: bool = False,
+    grants: Sequence[tuple[Any, ...]] = (),
 ) -> Flow[None]:
     """An append as both savers perform it: one statement, under the liveness lock if it
     claims a run; its error in the caller's terms; what the saver remembers of it."""
@@ -458,6 +467,7 @@ def append_flow(
             clear=cleared.rows_at(thread_id, expected_seq, record.epoch),
             notices=notices,
             queue=queue,
+            grants=grants,
         )
 
     try:
@@ -475,6 +485,9 @@ def append_error(queries: WriteSQL, exc: psycopg.Error, thread_id: str, expected
     """What a failed append means for the caller."""
     if exc.sqlstate == CONFLICT_STATE:  # handrail_conflict(): a stale head or epoch
         return queries.conflict_error(exc.diag.message_detail, thread_id, expected_seq)
+    taken = grant_error(exc)  # a new grant's id was taken
+    if taken is not None:
+        return taken
     if isinstance(exc, psycopg.errors.UniqueViolation):  # another writer's events
         return conflict(thread_id, expected_seq, None)
     if isinstance(exc, psycopg.DataError):

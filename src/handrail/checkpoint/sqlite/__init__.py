@@ -25,6 +25,9 @@ the prefix (``_adopt_plain_names``). A damaged file raises
                    runs ended), written with the appends they tell of (``_feed``).
 ``deletions``      what each deletion of a thread left: who, when, the number and hash
                    of its log's last record, its metadata (``_deletions``).
+``grants``         one row per grant (SPEC rule 16): added by an append, in its
+                   transaction; spent, each use atomically; revoked; kept when its thread
+                   is deleted (``_grants``).
 
 The file is opened in WAL mode, so readers never wait for the writer. An append is
 one ``BEGIN IMMEDIATE`` transaction that reads the thread's head and epoch, refuses a
@@ -72,6 +75,8 @@ Where things are
                    pruning.
 ``_rows``          the rows an append writes beside the events, sealed (``checkpoint/seals.py``).
 ``_deletions``     deleting a thread, and the record it leaves (SPEC rule 21).
+``_grants``        grants: spent, listed, revoked (their rows and checks, shared with
+                   the PostgreSQL saver: ``_grant_rows``).
 ``_repair``        a thread's derived rows rebuilt from its log (``repair_thread``).
 ``_reads``         reads: a thread, the thread list, the inbox.
 ``_runs``          run liveness (SPEC rule 9): claims, leases, live runs.
@@ -96,13 +101,14 @@ from typing import Any
 
 from handrail.checkpoint.sqlite._connections import Synchronous
 from handrail.checkpoint.sqlite._deletions import _Deletions
+from handrail.checkpoint.sqlite._grants import _Grants
 from handrail.checkpoint.sqlite._reads import _Reads
 from handrail.checkpoint.sqlite._repair import _Repairs
 
 __all__ = ["AsyncSqliteSaver", "SqliteSaver"]
 
 
-class _SqliteStore(_Repairs, _Deletions, _Reads):
+class _SqliteStore(_Grants, _Repairs, _Deletions, _Reads):
     """What SqliteSaver and AsyncSqliteSaver share: everything but setup and closing."""
 
     def __init__(

@@ -45,6 +45,7 @@ class _Write:
     reading: StoredEvent | None = None
     notices: Sequence[Notice] = ()
     queue: bool = False
+    grant_rows: list[tuple[Any, ...]] = field(default_factory=list)  # grants it adds (``_grants``)
     turn: threading.Event | None = None  # made only for a caller that waits for a leader
     loop: asyncio.AbstractEventLoop | None = None  # an async caller waits on ``future`` instead
     future: asyncio.Future[None] | None = None

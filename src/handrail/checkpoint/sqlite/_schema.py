@@ -28,6 +28,7 @@ from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.integrity import HASH_SIZE, seal_log
 from handrail.checkpoint.seals import deletion_seal, head_after, review_seal, thread_digest, thread_seal
+from handrail.checkpoint.sqlite._grant_rows import SQLITE_MIGRATION as GRANTS
 from handrail.errors import ConfigurationError, SerializationError
 
 __all__ = [
@@ -218,6 +219,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         run=lambda conn: _seal_every_row(conn),
     ),
+    Migration(8, "grants: what each covers, until when and how often, who gave it (SPEC rule 16)", GRANTS),
 )
 
 

@@ -3,9 +3,10 @@
 An append is one ``BEGIN IMMEDIATE`` transaction that reads the thread's head and
 epoch, refuses a stale ``expected_seq`` (or, past event 0, another epoch: the thread
 was deleted and created again) with :class:`~handrail.errors.ConflictError`, and
-writes the events, the thread row, its pending reviews, its saved reading and the
-append's run ``claim``/``release``. Appends made at the same moment share one
-transaction (:meth:`_Writes._commit_together`), each under its own savepoint. The row
+writes the events, the thread row, its pending reviews, its saved reading, the
+append's run ``claim``/``release`` and the grants it adds (``_grants``). Appends made
+at the same moment share one transaction (:meth:`_Writes._commit_together`), each
+under its own savepoint. The row
 this saver's own last commit left is remembered (:class:`_Known`), so the next append
 of a run need not read it. Pruning a thread is here too: it is the other write to a
 thread's log (deleting one, and the record it leaves, is ``_deletions``).
@@ -27,9 +28,12 @@ from handrail.checkpoint._records import (
     epoch_conflict,
 )
 from handrail.checkpoint.base import Notice, StoredEvent, ThreadRecord
+from handrail.checkpoint.grants import GrantChange
 from handrail.checkpoint.seals import head_after
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._feed import _Feed, write_feed
+from handrail.checkpoint.sqlite._grant_rows import checked_change
+from handrail.checkpoint.sqlite._grants import write_grants
 from handrail.checkpoint.sqlite._rows import ROW_COLUMNS, STILL_AS_LEFT, _Known, _Write
 from handrail.checkpoint.sqlite._schema import damaged_file, is_damage
 
@@ -65,9 +69,11 @@ class _Writes(_Feed):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         write.notices, write.queue = notices, queue
+        write.grant_rows = checked_change(grants)  # refused before anything is written
         released = self._forget_release(write)
         try:
             self._commit_together(write)
@@ -89,6 +95,7 @@ class _Writes(_Feed):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         """Queue the append for the group commit and wait for it without a thread of its own.
 
@@ -100,6 +107,7 @@ class _Writes(_Feed):
 
         write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
         write.notices, write.queue = notices, queue
+        write.grant_rows = checked_change(grants)  # refused before anything is written
         loop = asyncio.get_running_loop()
         write.loop, write.future = loop, loop.create_future()
         released = self._forget_release(write)
@@ -311,6 +319,8 @@ class _Writes(_Feed):
                 "?, ?, ?)",
                 (thread_id, write.reading.seq, write.reading.created_at, write.reading.payload),
             )
+        if write.grant_rows:  # the grants its approval carries (an id taken: ValueError, rolled back)
+            write_grants(conn, write.grant_rows)
         return renewed
 
     @staticmethod
