@@ -23,6 +23,7 @@ from handrail.checkpoint.base import (
     ThreadFilter,
     ThreadRecord,
 )
+from handrail.checkpoint.grants import GrantFilter, GrantRecord
 from handrail.checkpoint.memory import InMemorySaver
 from handrail.decisions import Decision, name_first_answer
 from handrail.errors import ConfigurationError, ConflictError, InvalidInputError
@@ -442,6 +443,61 @@ class Agent:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "channel": "expiry"}}
         env, request = self._prepare_run(None, config, frozenset())
         return env, request._replace(record_only=True, now=now)
+
+    # Grants (SPEC rule 16) -----------------------------------------------------------------
+    def list_grants(
+        self,
+        *,
+        thread_id: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        active: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[GrantRecord]:
+        """Grants on this agent's store, newest first: given on ``thread_id``, for ``agent``
+        (an assistant id) or ``tool``; with ``active`` (the default) only those in force
+        now. A grant is given by an approval that carries one (``{"type": "approve",
+        "grant": {"scope": "thread", "ttl": 3600}}``) and lets later calls of its tool run
+        without a pause.
+
+        Example::
+
+            for grant in agent.list_grants(thread_id="t1"):
+                print(grant.grant_id, grant.tool, grant.uses_left, grant.given_by)
+        """
+        store = self._store_or_raise()
+        return store.list_grants(_grant_filter(thread_id, agent, tool, active, limit, offset))
+
+    async def alist_grants(
+        self,
+        *,
+        thread_id: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        active: bool = True,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[GrantRecord]:
+        """Async :meth:`list_grants`."""
+        store = self._store_or_raise()
+        return await store.alist_grants(_grant_filter(thread_id, agent, tool, active, limit, offset))
+
+    def revoke_grant(self, grant_id: str, *, by: Any = None) -> GrantRecord:
+        """Revoke a grant: it covers no call that starts after (a call already planned under
+        it runs). ``by`` is who revoked it, for the record. Revoking twice changes nothing.
+        An unknown id raises :class:`~handrail.errors.InvalidInputError`."""
+        found = self._store_or_raise().revoke_grant(_grant_id(grant_id), by=_reviewer(by))
+        if found is None:
+            raise InvalidInputError(f"there is no grant {grant_id!r}")
+        return found
+
+    async def arevoke_grant(self, grant_id: str, *, by: Any = None) -> GrantRecord:
+        """Async :meth:`revoke_grant`."""
+        found = await self._store_or_raise().arevoke_grant(_grant_id(grant_id), by=_reviewer(by))
+        if found is None:
+            raise InvalidInputError(f"there is no grant {grant_id!r}")
+        return found
 
     def run_claimed(self, thread_id: str, run_id: str) -> loop.RunResult:
         """Run what is due on ``thread_id`` as ``run_id``, a run the caller claimed on the store
@@ -1134,3 +1190,25 @@ def _checkpoint_of(config: RunnableConfig | None) -> str | None:
         return None
     value = config.get("configurable", {}).get("checkpoint_id")
     return value if isinstance(value, str) else None
+
+
+def _grant_filter(
+    thread_id: str | None, agent: str | None, tool: str | None, active: bool, limit: int, offset: int
+) -> GrantFilter:
+    from handrail.runtime import answering
+
+    if not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidInputError(f"offset must be a non-negative integer, got {offset!r}")
+    for name, value in (("thread_id", thread_id), ("agent", agent), ("tool", tool)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidInputError(f"{name} must be a string, got {type(value).__name__}")
+    at = answering.now() if active else None
+    return GrantFilter(agent=agent, tool=tool, thread_id=thread_id, active_at=at, limit=limit, offset=offset)
+
+
+def _grant_id(grant_id: Any) -> str:
+    if not isinstance(grant_id, str) or not grant_id or len(grant_id) > 64:
+        raise InvalidInputError(f"a grant id is a string of up to 64 characters, got {grant_id!r}")
+    return grant_id

@@ -24,6 +24,7 @@ __all__ = [
     "AlreadyAnsweredError",
     "ConfigurationError",
     "ConflictError",
+    "GrantSpentError",
     "GraphRecursionError",
     "HandrailError",
     "InvalidDecisionError",
@@ -159,6 +160,16 @@ class ReviewExpiredError(ConflictError):
     def __init__(self, message: str, *, thread_id: str, interrupt_id: str, expired_at: datetime) -> None:
         super().__init__(message, thread_id=thread_id, interrupt_ids=(interrupt_id,))
         self.expired_at = expired_at
+
+
+class GrantSpentError(ConflictError):
+    """A grant could not cover a call (SPEC rule 16): it was revoked, lapsed, or another
+    call took its last use first. Nothing of the append was saved; the run asks a person
+    instead. ``grant_id`` names the grant."""
+
+    def __init__(self, message: str, *, thread_id: str, grant_id: str) -> None:
+        super().__init__(message, thread_id=thread_id)
+        self.grant_id = grant_id
 
 
 class SerializationError(HandrailError):

@@ -152,7 +152,7 @@ def test_a_file_of_an_older_handrail_is_renamed_with_everything_in_it(tmp_path: 
         )
     tables, indexes = names(path, "table"), names(path, "index")
     assert tables == {"customers", "schema_version"} | {
-        f"handrail_{t}" for t in LEGACY_TABLES | {"schema_version", "feed", "deletions"}
+        f"handrail_{t}" for t in LEGACY_TABLES | {"schema_version", "feed", "deletions", "grants"}
     }
     assert indexes and all(name.startswith("handrail_") for name in indexes), indexes
     with sqlite3.connect(path) as conn:

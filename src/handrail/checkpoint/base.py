@@ -75,6 +75,7 @@ from handrail.checkpoint.filters import (
     ThreadStatus,
     metadata_matches,
 )
+from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord
 
 __all__ = [
     "NOTICE_KINDS",
@@ -260,6 +261,7 @@ class BaseCheckpointSaver(ABC):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
 
@@ -271,6 +273,8 @@ class BaseCheckpointSaver(ABC):
         (``reading.seq`` must be the new head: ``ValueError`` otherwise). ``notices``:
         rows for the feed (:meth:`read_feed`); ``queue``: leave the thread queued for
         :meth:`claim_queued` (any claim of a run on the thread takes it off the queue).
+        ``grants``: grants born with these events (``checkpoint/grants.py``), added in
+        the same transaction.
         An append returns once the store has committed it or raised: never sooner.
         """
 
@@ -409,6 +413,22 @@ class BaseCheckpointSaver(ABC):
 
         time.sleep(timeout)
 
+    def list_grants(self, filter: GrantFilter) -> list[GrantRecord]:
+        """Grants matching ``filter``, newest first (SPEC rule 16)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no grants")
+
+    def spend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
+        """Spend one use of each grant, for calls on ``thread_id`` about to be planned at
+        ``at``: all of them in one transaction, or none and
+        :class:`~handrail.errors.GrantSpentError` naming the first that is revoked, lapsed
+        or used up (two callers racing for a last use: exactly one gets it)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no grants")
+
+    def revoke_grant(self, grant_id: str, *, by: Any = None, at: float | None = None) -> GrantRecord | None:
+        """Revoke a grant: it covers no call that starts after. Returns it as revoked (as
+        it was, when it was revoked already), or None when there is no such grant."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no grants")
+
     # Async twins (defaults run the sync method in a worker thread) ----------
     async def aappend(
         self,
@@ -423,11 +443,12 @@ class BaseCheckpointSaver(ABC):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         """Async :meth:`append`."""
         import asyncio
 
-        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue)
+        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue, grants=grants)
         await asyncio.to_thread(
             lambda: self.append(
                 thread_id,
@@ -468,6 +489,26 @@ class BaseCheckpointSaver(ABC):
         import asyncio
 
         return await asyncio.to_thread(self.list_pending, filter)
+
+    async def alist_grants(self, filter: GrantFilter) -> list[GrantRecord]:
+        """Async :meth:`list_grants`."""
+        import asyncio
+
+        return await asyncio.to_thread(self.list_grants, filter)
+
+    async def aspend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
+        """Async :meth:`spend_grants`."""
+        import asyncio
+
+        await asyncio.to_thread(lambda: self.spend_grants(grant_ids, thread_id=thread_id, at=at))
+
+    async def arevoke_grant(
+        self, grant_id: str, *, by: Any = None, at: float | None = None
+    ) -> GrantRecord | None:
+        """Async :meth:`revoke_grant`."""
+        import asyncio
+
+        return await asyncio.to_thread(lambda: self.revoke_grant(grant_id, by=by, at=at))
 
     async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         """Async :meth:`delete_thread`."""
@@ -571,6 +612,7 @@ def later_keywords(
     notices: Sequence[Notice] = (),
     queue: bool = False,
     by: Any = None,
+    grants: GrantChange | None = None,
 ) -> dict[str, Any]:
     """The keywords added to the protocol after the first stores, only where they differ
     from their defaults: an async twin that hands its call to a subclass's sync method,
@@ -588,6 +630,8 @@ def later_keywords(
         extra["notices"] = notices
     if queue:
         extra["queue"] = True
+    if grants is not None:
+        extra["grants"] = grants
     return extra
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from handrail.checkpoint._kept import (
@@ -51,6 +52,7 @@ from handrail.checkpoint.base import (
     later_keywords,
     metadata_matches,
 )
+from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord, apply_change, page, spent
 from handrail.checkpoint.integrity import sealed_hash
 from handrail.checkpoint.seals import head_after
 from handrail.checkpoint.serde import loads
@@ -84,6 +86,7 @@ class InMemorySaver(BaseCheckpointSaver):
         self._signal = QueueSignal()
         # in the order they were made, so by time; each with its seal
         self._deletions: list[tuple[DeletionRecord, bytes]] = []
+        self._grants: dict[str, GrantRecord] = {}  # by id (``checkpoint/grants.py``)
 
     def append(
         self,
@@ -98,6 +101,7 @@ class InMemorySaver(BaseCheckpointSaver):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
         metadata = encode_metadata(record.metadata, thread_id)  # refused before anything changes
         with self._lock:
@@ -122,6 +126,8 @@ class InMemorySaver(BaseCheckpointSaver):
             if record.head_seq != expected_seq + len(events):
                 raise ValueError("the thread record's head_seq must be the last event's seq")
             check_reading(reading, record)
+            # grants born with these events: a bad one is refused before anything changes
+            kept_grants = apply_change(self._grants, grants) if grants is not None else None
             head_hash = head_after(events, current.head_hash if current else None)
             kept = kept_record(record, head_hash)
             self._events.setdefault(thread_id, []).extend(events)
@@ -129,6 +135,8 @@ class InMemorySaver(BaseCheckpointSaver):
             self._seals[thread_id] = seal_of(kept, metadata)
             if reading is not None:
                 self._readings[thread_id] = reading
+            if kept_grants is not None:
+                self._grants = kept_grants
             if claim is not None:
                 self._runs.setdefault(thread_id, set()).add(claim)
                 self._queued.pop(thread_id, None)
@@ -382,7 +390,35 @@ class InMemorySaver(BaseCheckpointSaver):
                 return queued
         return None
 
+    def list_grants(self, filter: GrantFilter) -> list[GrantRecord]:
+        with self._lock:
+            return page(list(self._grants.values()), filter)
+
+    def spend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
+        with self._lock:
+            self._grants = spent(self._grants, grant_ids, thread_id, at)
+
+    def revoke_grant(self, grant_id: str, *, by: Any = None, at: float | None = None) -> GrantRecord | None:
+        with self._lock:
+            record = self._grants.get(grant_id)
+            if record is None or record.revoked_at is not None:
+                return record
+            revoked = replace(record, revoked_at=time.time() if at is None else at, revoked_by=by)
+            self._grants[grant_id] = revoked
+            return revoked
+
     # Nothing here blocks, so the async twins call the sync methods directly.
+    async def alist_grants(self, filter: GrantFilter) -> list[GrantRecord]:
+        return self.list_grants(filter)
+
+    async def arevoke_grant(
+        self, grant_id: str, *, by: Any = None, at: float | None = None
+    ) -> GrantRecord | None:
+        return self.revoke_grant(grant_id, by=by, at=at)
+
+    async def aspend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
+        self.spend_grants(grant_ids, thread_id=thread_id, at=at)
+
     async def aappend(
         self,
         thread_id: str,
@@ -396,8 +432,9 @@ class InMemorySaver(BaseCheckpointSaver):
         reading: StoredEvent | None = None,
         notices: Sequence[Notice] = (),
         queue: bool = False,
+        grants: GrantChange | None = None,
     ) -> None:
-        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue)
+        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue, grants=grants)
         self.append(
             thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
         )

@@ -41,7 +41,7 @@ ANYONE: Any = object()
 """A reviewer whose roles are not checked: for :meth:`validate_resume` called on its own."""
 
 _DECISION_KEYS: dict[str, frozenset[str]] = {
-    "approve": frozenset({"type"}),
+    "approve": frozenset({"type", "grant"}),  # a grant: rule 16 (``grants.py``)
     "edit": frozenset({"type", "edited_action", "editedAction"}),
     "reject": frozenset({"type", "message"}),
     "respond": frozenset({"type", "message"}),
@@ -97,6 +97,9 @@ def is_canonical(decision: Any) -> bool:
         return False
     if "editedAction" in decision or not decision.keys() <= _DECISION_KEYS[decision["type"]]:
         return False
+    if decision["type"] == "approve" and "grant" in decision:
+        grant = decision["grant"]
+        return isinstance(grant, dict) and grant.keys() == {"scope", "args", "ttl", "uses"}
     if decision["type"] == "edit":
         action = decision.get("edited_action")
         return (
@@ -183,6 +186,10 @@ class _Checker:
         if unexpected:
             raise InvalidDecisionError(f"{label} ({kind}) has unexpected key(s) {short_repr(unexpected)}")
         if kind == "approve":
+            if "grant" in decision:
+                from handrail.review.grants import check_grant
+
+                return cast(Decision, {"type": "approve", "grant": check_grant(decision["grant"], label)})
             return ApproveDecision(type="approve")
         if kind in ("reject", "respond"):
             message = decision.get("message")

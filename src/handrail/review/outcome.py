@@ -142,10 +142,12 @@ def _bound(
 
 
 class Run(NamedTuple):
-    """Run ``call`` (the edited action, for an edit: ``edited`` is then True)."""
+    """Run ``call`` (the edited action, for an edit: ``edited`` is then True); ``grant``:
+    ``{"id", "given_by"}`` of the grant that lets it run without a pause (rule 16)."""
 
     call: ToolCall
     edited: bool = False
+    grant: dict[str, Any] | None = None
 
 
 class Result(NamedTuple):

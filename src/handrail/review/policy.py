@@ -103,9 +103,12 @@ class ToolApprovalRequest(TypedDict):
 
 
 class ApproveDecision(TypedDict):
-    """Run the call as proposed."""
+    """Run the call as proposed; ``grant`` (SPEC rule 16) lets later calls of the tool run
+    without a pause: ``{"scope": "thread" | "agent", "args": "exact" | None, "ttl":
+    seconds, "uses": n}``."""
 
     type: Literal["approve"]
+    grant: NotRequired[dict[str, Any]]
 
 
 class EditDecision(TypedDict):

@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from handrail.errors import NotAllowedError, ReviewExpiredError
+from handrail.errors import InvalidDecisionError, NotAllowedError, ReviewExpiredError
 from handrail.review import check_answer, reviewer_id, terms_of
+from handrail.review.grants import grants_given
 from handrail.review.quorum import count_votes, decisions_of, settled_answer, vote_as_cast
 from handrail.review.terms import calls_asked, needs_count
 from handrail.runtime.events import Event
@@ -81,6 +82,7 @@ def answer_events(
     quorum = False
     for interrupt_id, answer in checked.items():
         record = pending[interrupt_id]
+        _check_grants(record, answer, reviewer)
         if record.terms is None or record.kind != "interrupt":
             resolved[interrupt_id] = answer
             continue
@@ -97,7 +99,16 @@ def answer_events(
             quorum = True
     if not resolved:
         return votes
-    return [*votes, _resume(resolved, reviewer, channel, quorum=quorum)]
+    resume = _resume(resolved, reviewer, channel, quorum=quorum)
+    given = [
+        grant
+        for interrupt_id, answer in resolved.items()
+        for grant in grants_given(fold.thread_id, interrupt_id, pending[interrupt_id].value, answer)
+        if pending[interrupt_id].source == spec.policies.source
+    ]
+    if given:
+        resume.data["grants"] = given  # rule 16: born with this answer (``handrail.review.grants``)
+    return [*votes, resume]
 
 
 def _resume(answers: dict[str, Any], reviewer: Any, channel: str, *, quorum: bool = False) -> Event:
@@ -112,6 +123,37 @@ def _resume(answers: dict[str, Any], reviewer: Any, channel: str, *, quorum: boo
 
 def _who(reviewer: Any, channel: str) -> dict[str, Any]:
     return {"reviewer": reviewer, "channel": channel} if reviewer is not None else {"channel": channel}
+
+
+def _check_grants(record: InterruptRecord, answer: Any, reviewer: Any) -> None:
+    """Rule 16 (``handrail.review.grants`` G1): an approval grants only where its review may."""
+    if record.kind != "interrupt":
+        return
+    counting = needs_count(record.terms)
+    for (call_id, name, _), decision in zip(
+        calls_asked(record.value), decisions_of(record.value, answer), strict=False
+    ):
+        if not isinstance(decision, Mapping) or "grant" not in decision:
+            continue
+        if counting:
+            reason = (
+                f"a review that needs several approvals cannot grant: one reviewer may not stand "
+                f"in for the approvals {name!r} needs"
+            )
+        elif not terms_of(record.terms, call_id).grantable:
+            reason = (
+                f"tool {name!r} is not grantable (its policy has grantable: False): approve without a grant"
+            )
+        elif reviewer_id(reviewer) is None:
+            reason = (
+                "a grant needs a named giver: pass config['configurable']['reviewer'] = "
+                "{'id': ..., 'roles': [...]}"
+            )
+        else:
+            continue
+        raise InvalidDecisionError(
+            f"interrupt {record.id}: {reason}; nothing was saved", interrupt_id=record.id
+        )
 
 
 def _check_self(fold: ThreadFold, record: InterruptRecord, answer: Any, reviewer: Any) -> None:

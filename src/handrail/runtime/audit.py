@@ -99,6 +99,9 @@ class TrailReader:
             return self._planned(event, at)
         if event.kind == "tool_started":
             call = self.proposed.get(data["task"], {})
+            grant = data.get("grant") if isinstance(data.get("grant"), dict) else None
+            # a call a grant let run names the grant and who gave it (rule 16), channel "grant"
+            by_grant = {"reviewer": grant.get("given_by"), "channel": "grant"} if grant else {}
             return [
                 self._entry(
                     event,
@@ -108,7 +111,11 @@ class TrailReader:
                     tool=data["name"],
                     args=data.get("ran", data["args"] if "args" in data else call.get("args")),
                     proposed=call or None,
-                    value=self._run(data.get("run_id")),
+                    value={
+                        **self._run(data.get("run_id")),
+                        **({"grant_id": grant.get("id")} if grant else {}),
+                    },
+                    **by_grant,
                 )
             ]
         if event.kind in _CHANGES:

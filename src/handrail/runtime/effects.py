@@ -27,6 +27,7 @@ from handrail.checkpoint.base import (
     ThreadRecord,
     ThreadStatus,
 )
+from handrail.checkpoint.grants import GrantChange, GrantRecord
 from handrail.checkpoint.integrity import GENESIS, seal
 from handrail.checkpoint.serde import dumps
 from handrail.context import (
@@ -44,6 +45,7 @@ from handrail.middleware.types import (
     hook_is_defined,
 )
 from handrail.models.base import accumulate_chunks
+from handrail.review.grants import records_from as grant_records
 from handrail.runtime.events import Event, encode_event, pack_payload, review_payload, review_record
 from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
@@ -306,6 +308,9 @@ class Persist(Effect):
             "release": release,
             **_relaxed(env.store, durable, method),
         }
+        change = _grant_change(env, events)
+        if change is not None:
+            kwargs["grants"] = change  # rule 16: born with the answer that gives them
         if takes(type(env.store), method, "notices"):
             notices = self._notices(env, events, kwargs["record"])
             if notices:
@@ -614,6 +619,19 @@ def thread_record(fold: ThreadFold, *, updated_at: float | None = None) -> Threa
         if fold.pending
         else (),
     )
+
+
+def _grant_change(env: Env, events: list[Event]) -> GrantChange | None:
+    """The grants an append gives (the ``grants`` of its answers), or None
+    (``handrail.review.grants`` G2)."""
+    new: list[GrantRecord] = []
+    for event in events:
+        if event.kind == "resume" and event.data.get("grants"):
+            fold = env.fold
+            agent = str((fold.metadata.get("assistant_id") if fold else None) or env.spec.name or "")
+            by = event.data.get("reviewer")
+            new += grant_records(env.thread_id, agent, event.data["grants"], by, event.created_at)
+    return GrantChange(new=new) if new else None
 
 
 def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[StoredEvent]) -> None:

@@ -17,7 +17,7 @@ from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInpu
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.review.quorum import CallApprovals, progress
-from handrail.runtime import recovery, rules
+from handrail.runtime import granting, recovery, rules
 from handrail.runtime.compat import recursion_limit, stream_metadata
 from handrail.runtime.effects import (
     CallHook,
@@ -325,8 +325,11 @@ def _hook_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime
     try:
         update = yield CallHook(hook.middleware, hook.hook, fold.state_view(), runtime, task)
     except PauseSignal as signal:
-        _pause(env, step, step, signal)
-        return
+        asked = yield from granting.uncovered(env, fold, signal)  # rule 16: granted calls drop out
+        if asked is not None:
+            _pause(env, step, step, asked)
+            return
+        update = None
     _finish_step(env, fold, step, update)
 
 
@@ -399,6 +402,7 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     waiting = {record.task for record in fold.pending.values()}
     tasks: list[Gen] = []
     planned: list[str] = []
+    granted: dict[str, str] = {}  # call id -> the grant it runs under (rule 16)
     for call in calls:
         call_id = str(call["id"])
         if call_id in fold.task_results or call_id in waiting:
@@ -423,9 +427,13 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
             buffer(env, [Event("tool_finished", {"message": outcome.message})])
             continue
         if isinstance(outcome, review.Ask):
-            value = spec.policies.call_request(tool_call, outcome.policy, state, tool_runtime)
-            _pause(env, TOOLS, call_id, PauseSignal(value, 0, spec.policies.source))
-            continue
+            grant = yield from granting.spend(env, fold, tool_call)  # rule 16: a grant's use instead?
+            if grant is None:
+                value = spec.policies.call_request(tool_call, outcome.policy, state, tool_runtime)
+                _pause(env, TOOLS, call_id, PauseSignal(value, 0, spec.policies.source))
+                continue
+            outcome = review.Run(tool_call, grant={"id": grant.grant_id, "given_by": grant.given_by})
+            granted[call_id] = grant.grant_id
         if outcome.edited:
             call_request = call_request.override(
                 tool_call=outcome.call, tool=spec.tools[outcome.call["name"]]
@@ -436,7 +444,8 @@ def _tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtim
     if tasks:
         # Rule 9 in one commit: every call that may start is on record before any acts
         by = {"run_id": env.run_id, "worker": recovery.worker_name()}  # which run, in which process
-        yield Persist([Event("tools_planned", {"calls": planned, **by})], flush=True)
+        uses = {"grants": granted} if granted else {}  # the grants whose uses they spent (rule 16)
+        yield Persist([Event("tools_planned", {"calls": planned, **by, **uses})], flush=True)
         yield RunTasks(tasks)
     if fold.pending or any(call_id not in fold.task_results for call_id in order):
         return  # waits for answers, or an answer recorded meanwhile made a call due: the loop goes on
@@ -478,7 +487,7 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext, outcome: r
             "wrap_tool_call",
             env.spec.tool_wrappers,
             request,
-            lambda req: _execute_tool(env, req, outcome.call),
+            lambda req: _execute_tool(env, req, outcome.call, outcome.grant),
             task,
             normalise_tool_result,
         )
@@ -495,7 +504,9 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext, outcome: r
     buffer(env, [Event("tool_finished", {"message": message})])
 
 
-def _execute_tool(env: Env, request: ToolCallRequest, authorized: ToolCall) -> Gen:
+def _execute_tool(
+    env: Env, request: ToolCallRequest, authorized: ToolCall, grant: dict[str, Any] | None = None
+) -> Gen:
     """The innermost tool handler: check, record the start (rule 9), run, shape the result.
 
     ``authorized`` is the call the gate let run; a wrapper that hands down another call
@@ -528,6 +539,8 @@ def _execute_tool(env: Env, request: ToolCallRequest, authorized: ToolCall) -> G
     edited = "args" in started or proposed is None or proposed.get("name") != tool.name
     if tool.idempotent:
         started["idempotent"] = True
+    if grant is not None:
+        started["grant"] = grant  # the audit names the grant and its giver (rule 16)
     # The step's plan holds this call (rule 9): its start needs no commit of its own; but the
     # results of calls that ran (not those made from a saved decision) are saved before
     # another call acts. An edited call's start is saved before it acts: the plan names the

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from handrail.agent import Agent
-from handrail.server import events, pages, reviews, runs, threads
+from handrail.server import events, grants, pages, reviews, runs, threads
 from handrail.server.db import ServerDB
 from handrail.server.events import LiveFeed
 from handrail.server.limits import RateLimit, RequestGuard
@@ -115,6 +115,7 @@ def create_app(
     app.include_router(threads.router)
     app.include_router(runs.router)
     app.include_router(reviews.router)
+    app.include_router(grants.router)
     app.include_router(events.router)
     pages.install(app)  # the web inbox, under /inbox
 
