@@ -53,6 +53,8 @@ def refuse_expired(
 ) -> None:
     """Rule 15: raise :class:`ReviewExpiredError` for the first answered review that has expired
     (at ``at``, or now)."""
+    if all(pending[interrupt_id].terms is None for interrupt_id in answered):
+        return  # no review of these has terms, so none expires
     at = now() if at is None else at
     for interrupt_id in answered:
         expiry = pending[interrupt_id].expires_at
@@ -80,9 +82,12 @@ def answer_events(
     resolved: dict[str, Any] = {}
     votes: list[Event] = []
     quorum = False
+    granting = False
     for interrupt_id, answer in checked.items():
         record = pending[interrupt_id]
-        _check_grants(record, answer, reviewer)
+        if _carries_grant(record, answer):
+            _check_grants(record, answer, reviewer)
+            granting = True
         if record.terms is None or record.kind != "interrupt":
             resolved[interrupt_id] = answer
             continue
@@ -102,7 +107,7 @@ def answer_events(
     resume = _resume(resolved, reviewer, channel, quorum=quorum)
     given = [
         grant
-        for interrupt_id, answer in resolved.items()
+        for interrupt_id, answer in (resolved.items() if granting else ())
         for grant in grants_given(fold.thread_id, interrupt_id, pending[interrupt_id].value, answer)
         if pending[interrupt_id].source == spec.policies.source
     ]
@@ -123,6 +128,13 @@ def _resume(answers: dict[str, Any], reviewer: Any, channel: str, *, quorum: boo
 
 def _who(reviewer: Any, channel: str) -> dict[str, Any]:
     return {"reviewer": reviewer, "channel": channel} if reviewer is not None else {"channel": channel}
+
+
+def _carries_grant(record: InterruptRecord, answer: Any) -> bool:
+    """Whether any decision of ``answer`` carries a grant (most answers: none)."""
+    if record.kind != "interrupt":
+        return False
+    return any(isinstance(d, Mapping) and "grant" in d for d in decisions_of(record.value, answer))
 
 
 def _check_grants(record: InterruptRecord, answer: Any, reviewer: Any) -> None:

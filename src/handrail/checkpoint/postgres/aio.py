@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from handrail.checkpoint._grant_rows import checked_change
 from handrail.checkpoint._records import Migration, check_append, check_reading
 from handrail.checkpoint.base import (
     BaseCheckpointSaver,
@@ -43,7 +44,6 @@ from handrail.checkpoint.postgres.grants import AsyncGrantMethods
 from handrail.checkpoint.postgres.liveness import NEED_OWNER, Flow, LockAgain
 from handrail.checkpoint.postgres.queries import Queries
 from handrail.checkpoint.postgres.write import append_flow
-from handrail.checkpoint.sqlite._grant_rows import checked_change
 from handrail.errors import ConfigurationError, StoreUnavailableError
 
 __all__ = ["AsyncPostgresSaver"]

@@ -36,10 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from handrail.checkpoint.grants import GrantFilter, GrantRecord, spend_refusal
-from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
-from handrail.checkpoint.postgres.liveness import Flow
-from handrail.checkpoint.sqlite._grant_rows import (
+from handrail.checkpoint._grant_rows import (
     COLUMNS,
     checked_spend,
     filter_sql,
@@ -49,6 +46,9 @@ from handrail.checkpoint.sqlite._grant_rows import (
     revoked_time,
     spent_error,
 )
+from handrail.checkpoint.grants import GrantFilter, GrantRecord, spend_refusal
+from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
+from handrail.checkpoint.postgres.liveness import Flow
 
 if TYPE_CHECKING:
     from handrail.checkpoint.postgres.queries import Queries

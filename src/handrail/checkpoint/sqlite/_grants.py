@@ -20,9 +20,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from handrail.checkpoint.grants import GrantFilter, GrantRecord, spend_refusal
-from handrail.checkpoint.sqlite._connections import _Connections, fetch_all
-from handrail.checkpoint.sqlite._grant_rows import (
+from handrail.checkpoint._grant_rows import (
     COLUMNS,
     checked_spend,
     filter_sql,
@@ -32,6 +30,8 @@ from handrail.checkpoint.sqlite._grant_rows import (
     revoked_time,
     spent_error,
 )
+from handrail.checkpoint.grants import GrantFilter, GrantRecord, spend_refusal
+from handrail.checkpoint.sqlite._connections import _Connections, fetch_all
 
 __all__ = ["_Grants", "write_grants"]
 

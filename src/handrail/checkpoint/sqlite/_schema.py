@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 import orjson
 
+from handrail.checkpoint._grant_rows import SQLITE_MIGRATION as GRANTS
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import StoredEvent
 from handrail.checkpoint.integrity import HASH_SIZE, seal_log
 from handrail.checkpoint.seals import deletion_seal, head_after, review_seal, thread_digest, thread_seal
-from handrail.checkpoint.sqlite._grant_rows import SQLITE_MIGRATION as GRANTS
 from handrail.errors import ConfigurationError, SerializationError
 
 __all__ = [

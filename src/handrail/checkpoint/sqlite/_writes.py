@@ -19,6 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from handrail.checkpoint._grant_rows import checked_change
 from handrail.checkpoint._records import (
     check_append,
     check_reading,
@@ -32,7 +33,6 @@ from handrail.checkpoint.grants import GrantChange
 from handrail.checkpoint.seals import head_after
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._feed import _Feed, write_feed
-from handrail.checkpoint.sqlite._grant_rows import checked_change
 from handrail.checkpoint.sqlite._grants import write_grants
 from handrail.checkpoint.sqlite._rows import ROW_COLUMNS, STILL_AS_LEFT, _Known, _Write
 from handrail.checkpoint.sqlite._schema import damaged_file, is_damage

@@ -9,8 +9,7 @@ an unstorable value :class:`~handrail.errors.SerializationError`), and
 :func:`grant_from_row` checks every column read back (a damaged one raises
 :class:`~handrail.errors.SerializationError` naming the grant, SPEC rule 10).
 :func:`in_force_sql` and :func:`filter_sql` are the conditions of ``grant_matches`` in
-SQL. The PostgreSQL saver uses this module too (``postgres/grants.py``); it has no
-import of its own beyond the checkpoint package.
+SQL. Both savers use it: ``sqlite/_grants.py`` and ``postgres/grants.py``.
 """
 
 from __future__ import annotations
