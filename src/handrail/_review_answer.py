@@ -4,7 +4,12 @@ An interrupt is named by its id or a unique prefix of it, as the inbox shows it.
 that is not in the reviewer's inbox is looked for further (every review of the store, or
 the threads a service lets the token read) and the answer is sent anyway, so the reviewer
 hears why it cannot be given: who answered it already, how and when (SPEC rule 8), or
-which roles may decide it (rule 12). Nothing of a refused answer is saved.
+which roles may decide it (rule 12), or when it expired (rule 15). Nothing of a refused
+answer is saved.
+
+An answer to a review whose policy counts approvals (rule 14) is a vote: while the
+review waits for more, the command prints "Approval recorded: 1 of 2 (alice)" - who
+approved so far, and the edit the approvals are for - not that it was decided.
 
 ``edit --args`` merges: the keys given replace those proposed, the others keep their
 proposed values; ``edit --editor`` edits the whole object. Either way the library
@@ -23,7 +28,7 @@ from rich.console import Console
 from rich.text import Text
 
 from handrail._message_display import visible
-from handrail._review_display import clock
+from handrail._review_display import action_of, approvals_text, clock, counted
 from handrail._terminal_edit import EditorUnavailableError, edit_in_editor
 from handrail.terminal import safe_markup, safe_text
 
@@ -54,8 +59,14 @@ def answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     except ReviewError as exc:
         raise CommandError(_refusal(reviews, item, exc)) from None
     who = (result.get("reviewer") or {}).get("id", "?")
+    if result.get("waiting"):  # a vote (rule 14): the review waits for the other approvals
+        _print_vote(console, result, item)
+        return 0
+    approving = args.command in ("approve", "edit")
+    count = _count_reached(reviews, item) if approving and counted(item) else None
     console.print(
-        f"Recorded: {args.command} by {safe_markup(who)} on thread {safe_markup(item['thread_id'])}.",
+        f"Recorded: {args.command} by {safe_markup(who)} on thread {safe_markup(item['thread_id'])}"
+        + (f": {safe_markup(count)}." if count else "."),
         soft_wrap=True,
     )
     values = result.get("values") or {}
@@ -67,6 +78,70 @@ def answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
         ended = values["messages"][-1].get("content", "")
         console.print(Text.assemble("The run ended: ", safe_text(ended, newlines=True)))
     return 0
+
+
+def _print_vote(console: Console, result: dict[str, Any], item: dict[str, Any]) -> None:
+    """What a vote recorded: ``Approval recorded: 1 of 2 (alice)``, what it waits for, any edit."""
+    counts = counted(result)
+    said = "; ".join(approvals_text(result)) or "counted"
+    console.print(
+        Text.assemble(
+            "Approval recorded: ",
+            safe_text(said),
+            " on thread ",
+            safe_text(item["thread_id"]),
+            ". Nothing ran yet: ",
+            safe_text(_still(counts)),
+        ),
+        soft_wrap=True,
+    )
+    for a in counts:
+        action = action_of(a)
+        if a.get("edited") and a.get("decided") is None:
+            console.print(
+                Text.assemble(
+                    "The approvals of ",
+                    safe_text(action.get("name")),
+                    " are for the edit ",
+                    safe_text(_one_line(action.get("args"))),
+                ),
+                soft_wrap=True,
+            )
+
+
+def _count_reached(reviews: Any, item: dict[str, Any]) -> str | None:
+    """How far the approvals of a review that counts them came, from its thread's audit:
+    ``2 of 2 approvals (alice, bob)`` (None when the audit cannot be read or has none)."""
+    from handrail.review_client import ReviewError
+
+    try:
+        entries = reviews.audit(item["thread_id"])
+    except ReviewError:
+        return None
+    votes = [
+        e for e in entries if e.get("event") == "approval" and e.get("interrupt_id") == item["interrupt_id"]
+    ]
+    if not votes or not votes[-1].get("kind"):
+        return None
+    who = [r.get("id") for r in (v.get("reviewer") for v in votes) if isinstance(r, dict) and r.get("id")]
+    named = f" ({', '.join(dict.fromkeys(str(w) for w in who))})" if who else ""
+    return f"{visible(str(votes[-1]['kind']))} approvals{visible(named)}"
+
+
+def _still(counts: list[dict[str, Any]]) -> str:
+    """``it runs once 1 more reviewer approves it.``"""
+    missing = max(
+        (a["needed"] - len(a.get("approved_by") or []) for a in counts if a.get("decided") is None), default=0
+    )
+    if missing <= 0:
+        return "the review waits for its other calls."
+    return f"it runs once {missing} more {'reviewer approves' if missing == 1 else 'reviewers approve'} it."
+
+
+def _one_line(value: Any) -> str:
+    from handrail._review_display import one_line
+
+    return one_line(value)
 
 
 def _find(reviews: Any, prefix: str) -> dict[str, Any]:
@@ -97,6 +172,11 @@ def _refusal(reviews: Any, item: dict[str, Any], exc: Any) -> str:
     """What to say when the answer to ``item`` was refused (``exc``, a ``ReviewError``)."""
     problem = exc.problem
     review = f"review {visible(item['interrupt_id'][:12])} on thread {visible(item['thread_id'])!r}"
+    if exc.status == 409 and problem.get("expired_at"):  # rule 15
+        return (
+            f"{review} expired unanswered at {clock(problem['expired_at'])} UTC and can no longer be "
+            "answered; nothing was sent"
+        )
     if exc.status == 409 and problem.get("answered_at"):
         who = problem.get("answered_by")
         by = f"by {visible(who)}" if who else "by a caller who gave no reviewer"

@@ -10,6 +10,11 @@ cannot be copied into the next command, and a time cut to ``2026-05-02T0`` says 
 longer than the whole terminal wraps inside its cell, it is not cut); :func:`clock`
 writes a time as ``2026-05-02 08:06:12`` (UTC).
 
+A review's policy (SPEC rules 14-15) is shown as :func:`approvals_text` ("1 of 2
+(alice)", per call that counts approvals, "for an edit" when the count stands at one) and
+:func:`expiry_text` ("expires in 43 min (2026-05-02 08:06 UTC)", or "expired at ..."),
+read from an inbox item's ``approvals`` and ``expires_at``.
+
 Private to the review CLI (``review_cli.py``) and the service's commands.
 """
 
@@ -23,7 +28,20 @@ from rich.table import Column
 
 from handrail._message_display import visible_json
 
-__all__ = ["FOLD_AT", "clock", "fold", "id_column", "one_line", "text_column", "time_column"]
+__all__ = [
+    "FOLD_AT",
+    "action_of",
+    "approvals_text",
+    "clock",
+    "counted",
+    "expiry_text",
+    "fold",
+    "id_column",
+    "one_line",
+    "text_column",
+    "time_column",
+    "time_left",
+]
 
 FOLD_AT = 2000
 """How many characters of one value ``handrail show`` prints before folding it."""
@@ -79,3 +97,80 @@ def time_column(header: str) -> Column:
 def text_column(header: str) -> Column:
     """A column for free text that gives way to the others, wrapping rather than cutting."""
     return Column(header, overflow="fold")
+
+
+def counted(item: Any) -> list[dict[str, Any]]:
+    """The calls of an inbox item that count approvals (more than one needed; rule 14)."""
+    found = item.get("approvals") if isinstance(item, dict) else None
+    return [
+        a
+        for a in (found if isinstance(found, list) else [])
+        if isinstance(a, dict) and isinstance(a.get("needed"), int) and a["needed"] > 1
+    ]
+
+
+def action_of(approvals: dict[str, Any]) -> dict[str, Any]:
+    """The action (``{"name", "args"}``) one call's approvals are for."""
+    action = approvals.get("action")
+    return action if isinstance(action, dict) else {}
+
+
+def approvals_text(item: Any) -> list[str]:
+    """Per call that counts approvals: ``1 of 2 (alice)`` (the tool first when several count;
+    ``for an edit`` when the approvals are for one, ``rejected`` once a call is decided so)."""
+    calls = counted(item)
+    out = []
+    for a in calls:
+        by = [str(who) for who in a.get("approved_by") or []]
+        text = f"{len(by)} of {a['needed']}" + (f" ({', '.join(by)})" if by else "")
+        action = action_of(a)
+        if len(calls) > 1:
+            text = f"{action.get('name', '?')}: {text}"
+        if a.get("edited"):
+            text += " for an edit"
+        decided = a.get("decided")
+        if isinstance(decided, dict) and decided.get("type") in ("reject", "respond"):
+            text += f", {'rejected' if decided['type'] == 'reject' else 'answered'}"
+        out.append(text)
+    return out
+
+
+def time_left(seconds: float) -> str:
+    """``expires in 43 min`` (``42 s``, ``2 h 5 min``, ``3 d 4 h``; rounded down), or ``expired``."""
+    if seconds <= 0:
+        return "expired"
+    left = int(seconds)
+    if left < 60:
+        return f"expires in {left} s"
+    if left < 3600:
+        return f"expires in {left // 60} min"
+    if left < 86400:
+        hours, minutes = divmod(left // 60, 60)
+        return f"expires in {hours} h" + (f" {minutes} min" if minutes else "")
+    days, hours = divmod(left // 3600, 24)
+    return f"expires in {days} d" + (f" {hours} h" if hours else "")
+
+
+def expiry_text(item: Any, *, at: bool = True, now: float | None = None) -> str | None:
+    """When an inbox item's review expires unanswered (rule 15): ``expires in 43 min
+    (2026-05-02 08:06 UTC)``, ``expired at 2026-05-02 08:06 UTC``; None when it never does.
+    ``at=False`` leaves the time out of a review still open. Judged by the clock the
+    library judges expiry by."""
+    value = item.get("expires_at") if isinstance(item, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if now is None:
+        from handrail.runtime.answering import now as clock_now
+
+        now = clock_now()
+    left = time_left(moment.timestamp() - now)
+    when = f"{clock(moment, seconds=False)} UTC"
+    if left == "expired":
+        return f"expired at {when}"
+    return f"{left} ({when})" if at else left

@@ -8,6 +8,11 @@ module:obj``; then ``--reviewer``/``--role`` say who answers, recorded with chan
 ``--until``, ``--limit``) the trail across threads, where a deleted thread shows as the
 record its deletion left: who, when, and the head hash of the deleted log (SPEC rule 21).
 
+A review whose policy counts approvals shows how far they have come, "1 of 2 (alice)",
+and one with an expiry its time left, "expires in 43 min" (rules 14-15), in ``handrail
+inbox`` and ``handrail show``; an answer to such a review is a vote, and the command says
+"Approval recorded: 1 of 2 (alice)" while the review waits for the others.
+
 Thread ids, tool names, arguments, messages and reviewer names come from models, tools and
 people: they are printed through :func:`handrail.terminal.safe_text` (control and invisible
 formatting characters shown as escapes such as ``\\x1b`` or ``\\u202e``, never written raw;
@@ -31,7 +36,11 @@ from handrail._message_display import reviewer_content, visible
 from handrail._review_answer import EDIT_RULE, CommandError, answer
 from handrail._review_display import (
     FOLD_AT,
+    action_of,
+    approvals_text,
     clock,
+    counted,
+    expiry_text,
     fold,
     id_column,
     one_line,
@@ -211,7 +220,10 @@ def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     if not page["items"]:
         console.print("Nothing waits for your review.")
         return 0
-    table = Table(id_column("interrupt"), id_column("thread"), text_column("calls"), id_column("waiting"))
+    # rules 14-15: a column for approvals counted and expiry, when a review on the page has either
+    policies = any(counted(item) or item.get("expires_at") for item in page["items"])
+    columns = [id_column("interrupt"), id_column("thread"), text_column("calls"), id_column("waiting")]
+    table = Table(*columns, *([text_column("approvals / expiry")] if policies else []))
     for item in page["items"]:
         hint = f"handrail show {item['thread_id']} --full prints it whole"
         calls = Text("\n").join(
@@ -220,11 +232,13 @@ def _inbox(reviews: Any, args: argparse.Namespace, console: Console) -> int:
             )
             for r in item["action_requests"]
         )
+        policy = [*approvals_text(item), *filter(None, [expiry_text(item, at=False)])]
         table.add_row(
             safe_text(str(item["interrupt_id"])[:12]),
             safe_text(item["thread_id"]),
             calls,
             _age(item["created_at"]),
+            *([Text("\n").join(safe_text(line) for line in policy)] if policies else []),
         )
     console.print(table)
     if page.get("next_cursor"):
@@ -267,7 +281,9 @@ def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     ]
     title = Text.assemble("thread ", safe_text(thread_id))
     console.print(Panel(Group(*lines) if lines else Text("(no messages)"), title=title))
-    for interrupt in state.get("interrupts", []):
+    interrupts = state.get("interrupts", [])
+    items = reviews.pending(thread_id) if interrupts else {}  # their approvals and expiry
+    for interrupt in interrupts:
         value = interrupt["value"]
         requests = value.get("action_requests") or [value] if isinstance(value, dict) else []
         body = Group(
@@ -280,10 +296,29 @@ def _show(reviews: Any, args: argparse.Namespace, console: Console) -> int:
                     safe_text(long(r.get("description", "")), newlines=True),
                 )
                 for r in requests
-            )
+            ),
+            *_policy_lines(items.get(interrupt["id"]), long),
         )
         console.print(Panel(body, title=Text.assemble("pending review ", safe_text(interrupt["id"]))))
     return 0
+
+
+def _policy_lines(item: dict[str, Any] | None, long: Any) -> list[Text]:
+    """A pending review's approvals so far and expiry (rules 14-15), as ``handrail show`` prints them."""
+    if item is None:
+        return []
+    out = []
+    for text, a in zip(approvals_text(item), counted(item), strict=True):
+        line = Text.assemble(("approvals: ", "bold"), safe_text(text))
+        action = action_of(a)
+        if a.get("edited"):
+            line.append_text(Text.assemble("; they are for the edit ", safe_text(long(action.get("args")))))
+        out.append(line)
+    expiry = expiry_text(item)
+    if expiry is not None:
+        said = f"{expiry}: it can no longer be answered" if expiry.startswith("expired") else expiry
+        out.append(Text.assemble(("expiry: ", "bold"), safe_text(said)))
+    return out
 
 
 def _thread(reviews: Any, prefix: str) -> str:
@@ -372,6 +407,9 @@ def _what(entry: dict[str, Any]) -> str:
         head = value.get("head_hash")
         sealed = f"head hash {head}" if head else "no head hash (its last record had no seal)"
         return f"the log ended at record {value.get('head_seq')}; {sealed}"
+    if entry["event"] == "approval" or (entry["event"] == "answered" and entry.get("kind")):
+        # rule 14: a vote, "1 of 2", and the answer the count made ("quorum"); rule 15: "expired"
+        return f"{entry.get('kind') or ''}: {_short(entry.get('value'), 60)}"
     if entry["event"] in ("answered", "review_requested"):
         return _short(entry.get("value"), 70)
     return _short(entry.get("args") or reviewer_content(entry.get("result") or {})[0], 70)

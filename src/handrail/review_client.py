@@ -4,7 +4,9 @@
 ``HANDRAIL_URL``/``HANDRAIL_TOKEN``): the identity is the token's. :class:`StoreReviews`
 opens the store (``--db``/``--postgres``) with the agent (``--agent module:obj``), records
 answers with ``Agent.decide`` as ``--reviewer``/``--role`` through channel ``cli``, then
-runs what they allow in this process. Both give the same JSON shapes as the service.
+runs what they allow in this process. Both give the same JSON shapes as the service:
+an inbox item carries its ``approvals`` and ``expires_at`` (SPEC rules 14-15), and an
+answer that is one vote of several carries ``waiting`` and ``approvals``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ class ReviewError(ValueError):
     """A review command was refused or failed; the message says why (one line).
 
     ``status`` is the HTTP status of the refusal (a store's refusals get the status the
-    service would give: 403 for a reviewer without the role, 409 for an answered review),
-    and ``problem`` the service's problem details (``answered_by``, ``answered_at``,
-    ``channel`` of a 409; ``roles`` of a 403), or empty.
+    service would give: 403 for a reviewer without the role, 409 for an answered or
+    expired review), and ``problem`` the service's problem details (``answered_by``,
+    ``answered_at``, ``channel`` of a 409, or its ``expired_at``; ``roles`` of a 403), or empty.
     """
 
     def __init__(self, message: str, *, status: int | None = None, problem: dict[str, Any] | None = None):
@@ -46,6 +48,7 @@ class Reviews(Protocol):
     ) -> dict[str, Any]: ...
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]: ...
     def state(self, thread_id: str) -> dict[str, Any]: ...
+    def pending(self, thread_id: str) -> dict[str, dict[str, Any]]: ...
     def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
     def audit(self, thread_id: str) -> list[dict[str, Any]]: ...
     def audit_across(
@@ -108,6 +111,22 @@ class ServiceReviews:
     def state(self, thread_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", f"/threads/{thread_id}/state")
         return result
+
+    def pending(self, thread_id: str) -> dict[str, dict[str, Any]]:
+        """The inbox items of ``thread_id``'s reviews this token may decide, by interrupt id
+        (their approvals and expiry): read from the inbox, which has no thread filter."""
+        found: dict[str, dict[str, Any]] = {}
+        cursor: str | None = None
+        for _ in range(0, _SCAN, _PAGE):
+            params: dict[str, Any] = {"limit": _PAGE, "messages": 0}
+            if cursor:
+                params["cursor"] = cursor
+            page = self._call("GET", "/handrail/inbox", params=params)
+            found.update({i["interrupt_id"]: i for i in page["items"] if i.get("thread_id") == thread_id})
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        return found
 
     def threads(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"limit": limit}
@@ -178,7 +197,7 @@ class StoreReviews:
         return {"items": items, "next_cursor": page.next_cursor}
 
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]:
-        from handrail.errors import AlreadyAnsweredError, NotAllowedError
+        from handrail.errors import AlreadyAnsweredError, NotAllowedError, ReviewExpiredError
         from handrail.messages import new_id
         from handrail.server.wire import to_wire
 
@@ -189,8 +208,23 @@ class StoreReviews:
         except AlreadyAnsweredError as exc:  # what the service's 409 says
             answered = {"answered_by": exc.answered_by, "answered_at": exc.answered_at.isoformat()}
             raise ReviewError(str(exc), status=409, problem={**answered, "channel": exc.channel}) from None
+        except ReviewExpiredError as exc:  # what the service's 409 says (rule 15)
+            raise ReviewError(
+                str(exc), status=409, problem={"expired_at": exc.expired_at.isoformat()}
+            ) from None
         except NotAllowedError as exc:  # what the service's 403 says
             raise ReviewError(str(exc), status=403, problem={"roles": list(exc.roles)}) from None
+        counted = {
+            "waiting": decision.waiting,  # a vote of several (rule 14): nothing runs yet
+            "approvals": [a.as_json() for a in decision.approvals],
+        }
+        if decision.waiting:
+            return {
+                "thread_id": thread_id,
+                "interrupt_id": interrupt_id,
+                "reviewer": decision.reviewer,
+                **counted,
+            }
         # the answer queued the thread: run it here, unless a worker took it first (handrail.worker)
         store = self._agent.checkpointer
         assert store is not None
@@ -206,7 +240,16 @@ class StoreReviews:
             "interrupt_id": interrupt_id,
             "reviewer": decision.reviewer,
             "values": values,
+            **counted,
         }
+
+    def pending(self, thread_id: str) -> dict[str, dict[str, Any]]:
+        """The inbox items of ``thread_id``'s pending reviews, by interrupt id (their approvals
+        and expiry), whoever may decide them."""
+        from handrail.server.wire import inbox_entry
+
+        page = self._agent.list_interrupts(thread_id=thread_id, limit=1000)
+        return {item.interrupt.id: inbox_entry(item, []) for item in page.items}
 
     def state(self, thread_id: str) -> dict[str, Any]:
         from handrail.server.wire import state_of

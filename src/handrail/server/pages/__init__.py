@@ -5,9 +5,11 @@ list, live rows), ``review`` (one review, its form, what became of it), ``bulk``
 ``thread`` (conversation and audit trail), ``raw`` (the whole of a folded value);
 ``render`` makes every page (templates,
 headers, CSRF, errors), ``forms`` builds edit forms from a tool's JSON schema and reads
-them back typed, ``shape`` reads what a review asks, ``lookup`` where it stands, and
-``markup`` shows untrusted values as text. Templates are in ``server/templates``, the
-pages' own scripts and styles in ``server/static``. See ``docs/service.md``.
+them back typed, ``shape`` reads what a review asks, ``lookup`` where it stands,
+``policy`` what its policy adds (approvals counted, the time left before it expires:
+SPEC rules 14-15), and ``markup`` shows untrusted values as text. Templates are in
+``server/templates``, the pages' own scripts and styles in ``server/static``. See
+``docs/service.md``.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from handrail.errors import HandrailError
+from handrail.review import reviewer_id
 from handrail.server.pages.lookup import answer_verb, find_review, refused
 from handrail.server.pages.markup import summary
+from handrail.server.pages.policy import counts_of, pending_item, review_policy
 from handrail.server.pages.render import check_csrf, html, read_form, render, service_of, visitor
 from handrail.server.pages.review import review_url
 from handrail.server.pages.shape import read_shape
@@ -111,7 +113,7 @@ async def bulk(request: Request) -> Response:
             one["message"] = message
         answer = shape.answer([dict(one) for _ in shape.calls])  # decisions only: never a grant
         try:
-            await record_answer(service, thread_id, interrupt_id, answer, me.credential, channel="web")
+            body = await record_answer(service, thread_id, interrupt_id, answer, me.credential, channel="web")
         except HandrailError as exc:
             result["error"] = str(exc)
             continue
@@ -121,6 +123,11 @@ async def bulk(request: Request) -> Response:
         result["ok"] = True
         result["verb"] = answer_verb(answer)
         result["decided_url"] = review_url(thread_id, interrupt_id) + "/decided"
+        result["link"] = "What ran"
+        if body.get("waiting"):  # a vote of a review that counts approvals (rule 14): nothing ran
+            result["recorded"] = _vote_recorded(body.get("approvals") or [])
+            result["link"] = "Where its approvals stand"
+            continue
         try:
             result["recorded"] = (await find_review(service, thread_id, interrupt_id)).recorded()
         except Problem:
@@ -137,6 +144,16 @@ async def bulk(request: Request) -> Response:
         tool=tool,
         confirm=None,
     )
+
+
+def _vote_recorded(approvals: list[Any]) -> str:
+    """What a bulk answer's vote recorded: ``Your approval was recorded: 1 of 2 approvals (by alice) ...``."""
+    counts = counts_of(approvals)
+    said = "; ".join(
+        (f"{c.tool}: " if len(counts) > 1 else "") + c.text + (f" (by {c.who})" if c.who else "")
+        for c in counts
+    )
+    return f"Your approval was recorded: {said}. It waits for the other reviewers' approvals."
 
 
 async def _readable_review(service: Any, thread_id: str, interrupt_id: str, credential: Any) -> Any:
@@ -160,6 +177,8 @@ async def _confirm(
             "url": review_url(thread_id, interrupt_id),
             "calls": [],
             "note": None,
+            "counts": [],
+            "expiry": None,
         }
         listed.append(item)
         try:
@@ -171,6 +190,9 @@ async def _confirm(
         item["calls"] = [(c.name, summary(c.args)) for c in shape.calls]
         if review.status != "pending":
             item["note"] = review.notice()
+            continue
+        policy = review_policy(await pending_item(review), reviewer_id(me.credential.reviewer))
+        item["counts"], item["expiry"] = list(policy.counts.values()), policy.expiry  # rules 14-15
     return render(
         request,
         "bulk.html",

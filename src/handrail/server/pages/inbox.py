@@ -28,6 +28,7 @@ from handrail.errors import InvalidInputError
 from handrail.server.access import require
 from handrail.server.pages.lookup import live_end
 from handrail.server.pages.markup import json_text, summary
+from handrail.server.pages.policy import counts_of, expiry_of
 from handrail.server.pages.render import html, path_part, render, service_of, visitor
 from handrail.server.problems import Problem
 from handrail.server.reviews import inbox_page
@@ -121,20 +122,9 @@ class Filters:
 
 
 def _markers(item: Mapping[str, Any]) -> list[str]:
-    """The row's markers: ``outcome unknown``; "k of N approvals" and expiry when a review has them."""
-    out = []
-    if item.get("kind") == "outcome_unknown":
-        out.append("outcome unknown")
-    found = item.get("value")
-    value: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    approvals, needed = value.get("approvals"), value.get("required_approvals")
-    if isinstance(needed, int) and needed > 1:
-        count = len(approvals) if isinstance(approvals, list) else approvals
-        count = count if isinstance(count, int) else 0
-        out.append(f"{count} of {needed} approvals")
-    if isinstance(value.get("expires_at"), str):
-        out.append(f"expires {value['expires_at']}")
-    return out
+    """The row's plain markers: ``outcome unknown``. (Approvals and expiry are shown by
+    ``policy.py``'s views: ``approvals`` and ``expiry`` of the row.)"""
+    return ["outcome unknown"] if item.get("kind") == "outcome_unknown" else []
 
 
 def row_of(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,6 +147,9 @@ def row_of(item: Mapping[str, Any]) -> dict[str, Any]:
             if k not in ("assistant_id", "graph_id")
         ),
         "markers": _markers(item),
+        # rules 14-15: how far its approvals have come, when it expires unanswered
+        "approvals": counts_of(item.get("approvals") or []),
+        "expiry": expiry_of(item.get("expires_at")),
         "url": f"/inbox/reviews/{path_part(thread)}/{path_part(interrupt)}",
         "thread_url": f"/inbox/threads/{path_part(thread)}",
         # Bulk answers take reviews of one tool; an outcome_unknown one is answered alone.

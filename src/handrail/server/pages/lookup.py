@@ -70,9 +70,25 @@ class ReviewAt:
         answered = self.answered
         if answered is None:
             return "No answer is recorded."
+        if answered.channel == "expiry":
+            return (
+                f"Expired unanswered at {_clock(answered)}: its policy had it {answer_verb(answered.value)}."
+            )
+        return f"Recorded: {self._answer_by(answered)}."
+
+    def _answer_by(self, answered: AuditEntry) -> str:
+        """``approved by bob at 10:42 UTC through web``; for a count of approvals (rule 14)
+        ``approved with 2 of 2 approvals, the last by bob at ...``."""
         who = reviewer_id(answered.reviewer) or "a caller who gave no name"
         through = f" through {answered.channel}" if answered.channel else ""
-        return f"Recorded: {answer_verb(answered.value)} by {who} at {_clock(answered)}{through}."
+        votes = [e for e in self.trail if e.event == "approval" and e.interrupt_id == self.interrupt_id]
+        if answered.kind == "quorum" and votes and votes[-1].kind:
+            count = votes[-1].kind
+            return (
+                f"{answer_verb(answered.value)} with {count} approvals, the last by {who} at "
+                f"{_clock(answered)}{through}"
+            )
+        return f"{answer_verb(answered.value)} by {who} at {_clock(answered)}{through}"
 
     def notice(self) -> str:
         """One sentence on a review that is not pending any more."""
@@ -80,9 +96,7 @@ class ReviewAt:
         if answered is not None:
             if answered.channel == "expiry":
                 return f"This review expired at {_clock(answered)}: nobody decided it in time."
-            who = reviewer_id(answered.reviewer) or "a caller who gave no name"
-            through = f" through {answered.channel}" if answered.channel else ""
-            return f"Already {answer_verb(answered.value)} by {who} at {_clock(answered)}{through}."
+            return f"Already {self._answer_by(answered)}."
         if self.asked is not None:
             return "This review was withdrawn: the thread went on without an answer to it."
         return "This thread has no such review."

@@ -12,6 +12,13 @@ check of the library. A refusal shows the page again with the library's message 
 everything that was typed; an answer that lost the race (rule 8) shows who won and the
 thread as it stands now. A recorded answer leads to ``.../decided``: what was recorded,
 then (live, from ``.../outcome``) what ran and its result, then the next review.
+
+A review whose policy counts approvals (SPEC rule 14) shows per call "1 of 2 approvals",
+who approved, and the edit the count stands at; one with an expiry (rule 15) the time
+left (``policy.py``). An answer to such a review is a vote: ``.../decided`` then says
+the reviewer's approval was recorded and how far the count has come, and the review
+waits for the others. An answer to an expired review is refused with the library's
+words (a 409 page).
 """
 
 from __future__ import annotations
@@ -23,15 +30,18 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from handrail.errors import AlreadyAnsweredError, InvalidDecisionError
+from handrail.errors import AlreadyAnsweredError, InvalidDecisionError, ReviewExpiredError
+from handrail.review import reviewer_id
 from handrail.review.policy import DEFAULT_DESCRIPTION_PREFIX
 from handrail.server.access import require
 from handrail.server.pages.forms import FieldSpec, build_fields, read_fields
 from handrail.server.pages.lookup import ReviewAt, find_review, live_end, outcome_after, refused, running_here
 from handrail.server.pages.markup import folded
+from handrail.server.pages.policy import ReviewPolicy, pending_item, review_policy, votes_of
 from handrail.server.pages.render import (
     Visitor,
     check_csrf,
+    error_page,
     html,
     path_part,
     raw_url,
@@ -163,6 +173,7 @@ async def _show(
     if forms is None:
         forms = {c.index: build_fields(c.index, c.schema, c.args) for c in shape.calls if "edit" in c.allowed}
     after = await live_end(service)
+    policy = review_policy(await pending_item(review), reviewer_id(me.credential.reviewer))
     return render(
         request,
         "review.html",
@@ -185,6 +196,7 @@ async def _show(
         **page_links(review, shape),
         after=after,
         action=review_url(review.thread_id, review.interrupt_id),
+        policy=policy,
     )
 
 
@@ -229,6 +241,27 @@ async def _settled(
         outcome_url=review_url(review.thread_id, review.interrupt_id) + "/outcome",
         **page_links(review, shape),
         answers=_answers(shape, review.answered.value if review.answered else None),
+        votes=votes_of(review.trail, review.interrupt_id),
+    )
+
+
+async def _voted(request: Request, me: Visitor, review: ReviewAt, policy: ReviewPolicy) -> Response:
+    """After a vote on a review that counts approvals (rule 14): the reviewer's approval was
+    recorded, how far each call's count has come, and the review still waits."""
+    service = service_of(request)
+    shape = read_shape(review.value, review.agent)
+    return render(
+        request,
+        "voted.html",
+        title="Approval recorded",
+        me=me,
+        review=review,
+        shape=shape,
+        policy=policy,
+        proposed={c.tool_call_id: c.args for c in shape.calls if c.tool_call_id},
+        votes=votes_of(review.trail, review.interrupt_id),
+        neighbours=await _neighbours(service, me, review.thread_id, review.interrupt_id),
+        action=review_url(review.thread_id, review.interrupt_id),
     )
 
 
@@ -340,6 +373,8 @@ async def answer(request: Request, thread_id: str, interrupt_id: str) -> Respons
     service = service_of(request)
     try:
         await record_answer(service, thread_id, interrupt_id, sent.answer, me.credential, channel="web")
+    except ReviewExpiredError as exc:  # rule 15: the library's words, as the API's 409 says them
+        return error_page(request, 409, str(exc), me, back=review_url(thread_id, interrupt_id))
     except AlreadyAnsweredError:
         review = await find_review(service, thread_id, interrupt_id)
         return await _settled(request, me, review, status=409, conflict=True)
@@ -356,9 +391,13 @@ async def answer(request: Request, thread_id: str, interrupt_id: str) -> Respons
 @router.get(_BASE + "/decided")
 @html
 async def decided(request: Request, thread_id: str, interrupt_id: str) -> Response:
-    """What was recorded; what ran and its result (live); the next review."""
+    """What was recorded; what ran and its result (live); the next review. A review still
+    pending after the visitor's approval (it counts approvals) says the vote was recorded."""
     me, review = await _readable(request, thread_id, interrupt_id)
     if review.status == "pending":
+        policy = review_policy(await pending_item(review), reviewer_id(me.credential.reviewer))
+        if policy.mine:
+            return await _voted(request, me, review, policy)
         return redirect(request, review_url(thread_id, interrupt_id))
     return await _settled(request, me, review)
 

@@ -20,6 +20,7 @@ from handrail._message_display import reviewer_content
 from handrail.review import reviewer_id
 from handrail.server.pages.lookup import answer_verb, refused
 from handrail.server.pages.markup import summary
+from handrail.server.pages.policy import review_policy
 from handrail.server.pages.render import html, path_part, raw_url, render, secure, service_of, visitor
 from handrail.server.pages.review import review_url
 from handrail.server.pages.shape import read_shape
@@ -53,6 +54,14 @@ def trail_rows(entries: list[AuditEntry]) -> list[dict[str, Any]]:
         elif e.event == "answered":
             row["who"] = reviewer_id(e.reviewer)
             row["label"] = answer_verb(e.value)
+            if e.kind == "quorum":  # rule 14: what the approvals decided together
+                row["label"] += ": approvals complete"
+            elif e.kind == "expired":  # rule 15: nobody answered in time
+                row["label"] = f"expired: {row['label']}"
+            row["answer"] = to_wire(e.value)
+        elif e.event == "approval":  # one vote of a review that counts approvals (rule 14)
+            row["who"] = reviewer_id(e.reviewer)
+            row["label"] = f"approval: {e.kind}" if e.kind else "approval"
             row["answer"] = to_wire(e.value)
         elif e.event == "tool_started":
             row["label"] = "ran"
@@ -87,15 +96,22 @@ async def thread_page(request: Request, thread_id: str) -> Response:
     state = await agent.aget_state(config)
     trail = await agent.aget_audit_trail(config)
     pending = []
+    items = {}
+    if state.interrupts:  # their approvals and expiry (rules 14-15), as the inbox has them
+        page = await agent.alist_interrupts(thread_id=thread_id, limit=1000)
+        items = {i.interrupt.id: i for i in page.items}
     for interrupt in state.interrupts:
         shape = read_shape(interrupt.value, agent)
         allowed = refused(agent, interrupt.value, me.credential) is None
         roles = agent.roles_for(interrupt.value)
+        policy = review_policy(items.get(interrupt.id), reviewer_id(me.credential.reviewer))
         pending.append(
             {
                 "tools": shape.tools,
                 "url": review_url(thread_id, interrupt.id) if allowed else None,
                 "roles": roles,
+                "counts": list(policy.counts.values()),
+                "expiry": policy.expiry,
             }
         )
     store = agent.checkpointer

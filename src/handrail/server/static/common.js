@@ -104,10 +104,33 @@ export function age(iso) {
   return `${seconds} s`;
 }
 
+/** Time left until `iso`, as the server writes it: "expires in 43 min", or "expired". */
+export function timeLeft(iso) {
+  const left = Math.floor((Date.parse(iso) - Date.now()) / 1000);
+  if (!(left > 0)) return "expired";
+  if (left < 60) return `expires in ${left} s`;
+  if (left < 3600) return `expires in ${Math.floor(left / 60)} min`;
+  if (left < 86400) {
+    const hours = Math.floor(left / 3600);
+    const minutes = Math.floor((left % 3600) / 60);
+    return `expires in ${hours} h${minutes ? ` ${minutes} min` : ""}`;
+  }
+  const days = Math.floor(left / 86400);
+  const hours = Math.floor((left % 86400) / 3600);
+  return `expires in ${days} d${hours ? ` ${hours} h` : ""}`;
+}
+
 function refreshAges() {
   for (const time of document.querySelectorAll("time[data-age]")) {
     const iso = time.getAttribute("datetime");
     if (iso) time.textContent = age(iso);
+  }
+  for (const time of document.querySelectorAll("time[data-expires]")) {
+    const iso = time.getAttribute("datetime");
+    if (!iso) continue;
+    time.textContent = timeLeft(iso);
+    const marker = time.closest(".marker");
+    if (marker && time.textContent === "expired") marker.classList.add("expired");
   }
 }
 window.setInterval(refreshAges, 30000);

@@ -95,6 +95,19 @@ function findRow(interruptId) {
   return allRows().find((row) => row.dataset.interrupt === interruptId) || null;
 }
 
+/** The row of one review as the server makes it now (null: not for this reviewer or filter). */
+async function fetchRow(data) {
+  const query = new URLSearchParams(table.dataset.query);
+  query.set("thread", data.thread_id);
+  query.set("interrupt", data.interrupt_id);
+  const reply = await fetch(`/inbox/rows?${query}`, { credentials: "same-origin" });
+  if (reply.status !== 200) return null;
+  // The row is made by the server's template, with every value escaped there.
+  const template = document.createElement("template");
+  template.innerHTML = (await reply.text()).trim();
+  return template.content.querySelector("tr.row");
+}
+
 async function addRow(data) {
   if (findRow(data.interrupt_id)) return;
   const newestFirst = table.dataset.order === "newest";
@@ -103,16 +116,8 @@ async function addRow(data) {
     moreNew.hidden = false;
     return;
   }
-  const query = new URLSearchParams(table.dataset.query);
-  query.set("thread", data.thread_id);
-  query.set("interrupt", data.interrupt_id);
-  const reply = await fetch(`/inbox/rows?${query}`, { credentials: "same-origin" });
-  if (reply.status !== 200 || findRow(data.interrupt_id)) return;
-  // The row is made by the server's template, with every value escaped there.
-  const template = document.createElement("template");
-  template.innerHTML = (await reply.text()).trim();
-  const row = template.content.querySelector("tr.row");
-  if (!row) return;
+  const row = await fetchRow(data);
+  if (!row || findRow(data.interrupt_id)) return;
   row.classList.add("fresh");
   if (newestFirst) rows.prepend(row);
   else rows.append(row);
@@ -120,7 +125,7 @@ async function addRow(data) {
   announce(`New review: ${(data.tools || []).join(", ") || "an answer"} on thread ${data.thread_id}.`);
 }
 
-function removeRow(data) {
+function removeRow(data, said) {
   const row = findRow(data.interrupt_id);
   if (!row) return;
   const index = allRows().indexOf(row);
@@ -129,13 +134,31 @@ function removeRow(data) {
   updateCount();
   updateBulk();
   const who = data.reviewer && data.reviewer.id ? data.reviewer.id : "someone";
-  announce(`A review on thread ${data.thread_id} was answered by ${who}.`);
+  announce(said || `A review on thread ${data.thread_id} was answered by ${who}.`);
   if (hadFocus) select(index);
+}
+
+// One approval of a review that needs several: the row stays, with its count as it is now.
+async function updateRow(data) {
+  const row = findRow(data.interrupt_id);
+  if (!row) return;
+  const fresh = await fetchRow(data);
+  const now = findRow(data.interrupt_id);
+  if (!fresh || !now) return;
+  const box = now.querySelector("input[name='review']");
+  const freshBox = fresh.querySelector("input[name='review']");
+  if (box && freshBox) freshBox.checked = box.checked;
+  if (now.classList.contains("current")) fresh.classList.add("current");
+  now.replaceWith(fresh);
+  const who = data.reviewer && data.reviewer.id ? data.reviewer.id : "someone";
+  announce(`${who} approved a review on thread ${data.thread_id}; it waits for more approvals.`);
 }
 
 follow(table.dataset.after, {
   "review.requested": addRow,
-  "review.decided": removeRow,
+  "review.decided": (data) => removeRow(data),
+  "review.approved": updateRow,
+  "review.expired": (data) => removeRow(data, `A review on thread ${data.thread_id} expired unanswered.`),
 });
 updateCount();
 updateBulk();

@@ -381,6 +381,7 @@ onKey("e", (event) => {
 // Someone else deciding this review meanwhile ------------------------------------------------------
 const live = document.getElementById("review-live");
 const notice = document.getElementById("live-notice");
+const approved = document.getElementById("live-approved");
 follow(live.dataset.after, {
   "review.decided": (event) => {
     if (event.interrupt_id !== live.dataset.interrupt || event.thread_id !== live.dataset.thread) return;
@@ -391,6 +392,26 @@ follow(live.dataset.after, {
     link.textContent = "See what was decided";
     notice.append(link);
     notice.hidden = false;
+  },
+  "review.expired": (event) => {
+    if (event.interrupt_id !== live.dataset.interrupt || event.thread_id !== live.dataset.thread) return;
+    notice.textContent = "This review just expired unanswered: its policy decided it. An answer from you now would not be recorded. ";
+    const link = document.createElement("a");
+    link.href = `${form.getAttribute("action")}/decided`;
+    link.textContent = "See what became of it";
+    notice.append(link);
+    notice.hidden = false;
+  },
+  // One approval of a review that needs several (it stays open): say so; the count is the server's.
+  "review.approved": (event) => {
+    if (event.interrupt_id !== live.dataset.interrupt || event.thread_id !== live.dataset.thread) return;
+    const who = event.reviewer && event.reviewer.id ? event.reviewer.id : "someone";
+    approved.textContent = `${who} just approved this review${event.channel ? ` (through ${event.channel})` : ""}. `;
+    const link = document.createElement("a");
+    link.href = form.getAttribute("action");
+    link.textContent = "Reload to see the approvals as they stand";
+    approved.append(link);
+    approved.hidden = false;
   },
 });
 const serverError = document.getElementById("form-error");
