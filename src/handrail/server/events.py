@@ -81,6 +81,7 @@ class LiveFeed:
         self._poked = asyncio.Event()
         self._news = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         """Begin reading the feed from its end (called when the app starts)."""
@@ -88,6 +89,8 @@ class LiveFeed:
         self._reader = asyncio.create_task(self._read())
 
     async def stop(self) -> None:
+        """Stop the reader (when the app stops); it ends whatever it was doing."""
+        self._stopping = True
         if self._reader is not None:
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
@@ -101,7 +104,7 @@ class LiveFeed:
         self._poked.set()
 
     async def _read(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 batch = await self.store.aread_feed(self.cursor)
             except Exception:
@@ -119,8 +122,11 @@ class LiveFeed:
                 news.set()
                 if len(batch) >= 500:  # more waiting: read on at once
                     continue
+            # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose wait ends as the
+            # task is cancelled drops the cancel, and a stopping service would hang on its reader
             try:
-                await asyncio.wait_for(self._poked.wait(), POLL_SECONDS)
+                async with asyncio.timeout(POLL_SECONDS):
+                    await self._poked.wait()
             except TimeoutError:
                 pass
             self._poked.clear()
@@ -138,7 +144,8 @@ class LiveFeed:
     async def news(self, timeout: float) -> None:
         """Wait until the reader has read something new (or ``timeout`` seconds)."""
         try:
-            await asyncio.wait_for(self._news.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can drop a cancel on 3.11
+                await self._news.wait()
         except TimeoutError:
             pass
 

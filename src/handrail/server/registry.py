@@ -122,7 +122,8 @@ class Run:
                 await wake.wait()
                 continue
             try:
-                await asyncio.wait_for(wake.wait(), tick)
+                async with asyncio.timeout(tick):  # not wait_for: it can drop a cancel on 3.11
+                    await wake.wait()
             except TimeoutError:
                 yield "", None
 
