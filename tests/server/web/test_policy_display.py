@@ -91,10 +91,6 @@ async def site(tmp_path: Path) -> AsyncIterator[Site]:
     async with found.app.router.lifespan_context(found.app):
         yield found
         await found.settle()
-        # Let the live inbox's reader take the last answer's poke before the app stops: on
-        # Python 3.11 a cancel that meets a poke already set is lost in LiveFeed._read's
-        # asyncio.wait_for, and LiveFeed.stop then waits for ever.
-        await asyncio.sleep(0.2)
         for client in found.clients:
             await client.aclose()
     found.db.close()
