@@ -110,3 +110,29 @@ def reset_peak_rss() -> None:
 
 def write_json(path: str, value: Any) -> None:
     Path(path).write_text(json.dumps(value, indent=1))
+
+
+def instructions_per_cycle(script: str, tree: Path, *flags: str) -> float:
+    """Instructions one warm cycle costs with ``tree``'s handrail: ``script --cycles N
+    *flags`` run under valgrind's callgrind for 20 and for 120 cycles, the difference over
+    100 (repeatable on a shared, noisy machine, unlike seconds)."""
+    import subprocess
+    import sys
+
+    counts = []
+    for count in (20, 120):
+        with tempfile.TemporaryDirectory() as scratch:
+            done = subprocess.run(
+                [
+                    *("valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out"),
+                    *(sys.executable, script, "--cycles", str(count), *flags),
+                ],
+                env={**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONHASHSEED": "0"},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        assert found is not None, done.stderr[-2000:]
+        counts.append(int(found.group(1)))
+    return (counts[1] - counts[0]) / 100

@@ -19,19 +19,17 @@ Run::
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import timeit
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from _common import instructions_per_cycle  # noqa: E402
 
 
 def _cycles(count: int) -> None:
@@ -111,28 +109,7 @@ def seconds() -> list[tuple[str, float]]:
 
 def instructions(tree: Path) -> float:
     """Instructions one warm cycle costs with ``tree``'s handrail (callgrind, 120 - 20 cycles)."""
-    counts = []
-    for count in (20, 120):
-        with tempfile.TemporaryDirectory() as scratch:
-            done = subprocess.run(
-                [
-                    "valgrind",
-                    "--tool=callgrind",
-                    f"--callgrind-out-file={scratch}/out",
-                    sys.executable,
-                    __file__,
-                    "--cycles",
-                    str(count),
-                ],
-                env={**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONHASHSEED": "0"},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        assert found is not None, done.stderr[-2000:]
-        counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / 100
+    return instructions_per_cycle(__file__, tree)
 
 
 def main() -> int:

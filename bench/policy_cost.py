@@ -25,17 +25,15 @@ Run::
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from _common import instructions_per_cycle  # noqa: E402
 
 SHAPES = ("plain", "terms", "quorum")
 ALICE = {"id": "alice", "roles": []}
@@ -87,23 +85,7 @@ def _cycles(shape: str, count: int) -> None:
 
 def instructions(tree: Path, shape: str) -> float:
     """Instructions one warm cycle of ``shape`` costs with ``tree``'s handrail."""
-    counts = []
-    for count in (20, 120):
-        with tempfile.TemporaryDirectory() as scratch:
-            done = subprocess.run(
-                [
-                    *("valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch}/out"),
-                    *(sys.executable, __file__, "--cycles", str(count), "--shape", shape),
-                ],
-                env={**os.environ, "PYTHONPATH": str(tree / "src"), "PYTHONHASHSEED": "0"},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        assert found is not None, done.stderr[-2000:]
-        counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / 100
+    return instructions_per_cycle(__file__, tree, "--shape", shape)
 
 
 def main() -> int:
