@@ -661,3 +661,25 @@ def test_votes_run_the_call_at_most_once_and_only_with_enough_approvers(
         assert result.status == "error" and "expired" not in str(result.content)
     else:
         assert ledger.calls == [("execute_sql", outcome)]
+
+
+def test_a_pruned_thread_keeps_its_votes_its_terms_and_its_starter(
+    make_agent: AgentFactory, location: Location, ledger: Ledger
+) -> None:
+    """Pruning leaves a snapshot in place of old checkpoints: a review that counts approvals
+    keeps its first vote and its terms through it, and the starter still may not approve."""
+    rules = policy(required_approvals=2, allow_self_approval=False, expires_after=HOUR)
+    script = [turn(call("read_data", f"r{i}", table="t")) for i in range(30)]
+    agent, interrupt = paused(
+        make_agent, location, rules, script=[*script, turn(call("execute_sql", "c1", **SQL))]
+    )
+    agent.decide("t1", interrupt.id, batch(APPROVE), reviewer=BOB)
+    assert agent.prune_thread("t1", keep_last=2) > 0
+    fresh = make_agent([{"content": "done"}], policy=rules, checkpointer=location.saver())
+    with pytest.raises(NotAllowedError, match="started this run"):
+        fresh.decide("t1", interrupt.id, batch(APPROVE), reviewer=ALICE)
+    (item,) = fresh.list_interrupts().items
+    assert [str(a) for a in item.approvals] == ["1 of 2"] and item.expires_at is not None
+    fresh.decide("t1", interrupt.id, batch(APPROVE), reviewer=CAROL)
+    fresh.invoke(None, config())
+    assert ledger.calls.count(("execute_sql", SQL)) == 1
