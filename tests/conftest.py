@@ -93,6 +93,7 @@ SLOW_MODULES = frozenset(
     {
         "tests/server/web/test_browser.py",
         "tests/server/web/test_browser_policies.py",
+        "tests/server/web/test_browser_grants.py",
         "tests/server/web/test_reviewer_day.py",
         "tests/server/test_workers.py",
         "tests/server/test_live_inbox.py",

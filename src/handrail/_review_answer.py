@@ -7,6 +7,9 @@ hears why it cannot be given: who answered it already, how and when (SPEC rule 8
 which roles may decide it (rule 12), or when it expired (rule 15). Nothing of a refused
 answer is saved.
 
+``approve --grant ...`` sends an approval that carries a grant (rule 16) and then says
+what the grant covers (``handrail.cli_grants``).
+
 An answer to a review whose policy counts approvals (rule 14) is a vote: while the
 review waits for more, the command prints "Approval recorded: 1 of 2 (alice)" - who
 approved so far, and the edit the approvals are for - not that it was decided.
@@ -77,6 +80,10 @@ def answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     elif values.get("messages"):
         ended = values["messages"][-1].get("content", "")
         console.print(Text.assemble("The run ended: ", safe_text(ended, newlines=True)))
+    if "grant" in decision:  # what the grant covers, until when, for how many calls (rule 16)
+        from handrail.cli_grants import print_given
+
+        print_given(reviews, item, console)
     return 0
 
 
@@ -186,6 +193,8 @@ def _refusal(reviews: Any, item: dict[str, Any], exc: Any) -> str:
             f"{review} was already {how or 'answered'} {by} at {clock(problem['answered_at'])} UTC"
             f"{through}; nothing was sent"
         )
+    if exc.status == 422:  # refused as the library refuses it (rule 5; a grant it may not give, rule 16)
+        return visible(_detail(exc))
     if exc.status == 403 and "roles" in problem:
         # The library's words name the reviewer, their roles and the roles that decide the tool.
         reason = _detail(exc).removeprefix(f"interrupt {item['interrupt_id']}: ")
@@ -221,7 +230,10 @@ def _how_answered(reviews: Any, item: dict[str, Any]) -> str | None:
 
 def _decision(args: argparse.Namespace, item: dict[str, Any]) -> dict[str, Any]:
     if args.command == "approve":
-        return {"type": "approve"}
+        from handrail.cli_grants import grant_of
+
+        grant = grant_of(args)  # rule 16: an approval may carry a grant
+        return {"type": "approve", "grant": grant} if grant is not None else {"type": "approve"}
     if args.command in ("reject", "respond"):
         decision = {"type": args.command}
         if args.message:

@@ -47,20 +47,24 @@ from handrail._review_display import (
     text_column,
     time_column,
 )
+from handrail.cli_grants import add_grant_flags, grant_of
 from handrail.terminal import safe_markup, safe_text
 
-__all__ = ["COMMANDS", "CommandError", "add_commands", "run"]
+__all__ = ["COMMANDS", "CommandError", "add_commands", "run", "where_flags"]
 
 COMMANDS = ("inbox", "show", "approve", "reject", "respond", "edit", "threads", "audit")
 
 
-def _where(parser: argparse.ArgumentParser) -> None:
+def where_flags(parser: argparse.ArgumentParser, agent_help: str | None = None) -> None:
+    """The flags that say where reviews are: a service, or a store and its agent."""
     parser.add_argument("--url", help="the service (default: $HANDRAIL_URL)")
     parser.add_argument("--token", help="the credential (default: $HANDRAIL_TOKEN)")
     parser.add_argument("--db", type=Path, metavar="PATH", help="a SQLite store, instead of a service")
     parser.add_argument("--postgres", metavar="DSN", help="a PostgreSQL store, instead of a service")
     parser.add_argument("--schema", metavar="NAME", help="the PostgreSQL schema of the store")
-    parser.add_argument("--agent", metavar="MODULE:OBJ", help="the agent of the store (with --db/--postgres)")
+    parser.add_argument(
+        "--agent", metavar="MODULE:OBJ", help=agent_help or "the agent of the store (with --db/--postgres)"
+    )
     parser.add_argument("--reviewer", help="who answers, with a store (default: your user name)")
     parser.add_argument("--role", action="append", default=[], help="a role of the reviewer, with a store")
 
@@ -77,7 +81,7 @@ def add_commands(commands: Any) -> None:
     inbox.add_argument(
         "--full", action="store_true", help="print each call's arguments whole (default: folded to a line)"
     )
-    _where(inbox)
+    where_flags(inbox)
     show = commands.add_parser(
         "show",
         help="a thread: its last messages and pending reviews",
@@ -87,7 +91,7 @@ def add_commands(commands: Any) -> None:
     )
     show.add_argument("thread_id", metavar="THREAD", help="a thread id, or a unique prefix of one")
     show.add_argument("--full", action="store_true", help="print long values whole, not folded")
-    _where(show)
+    where_flags(show)
     for name, what in (
         ("approve", "approve"),
         ("reject", "reject"),
@@ -109,6 +113,8 @@ def add_commands(commands: Any) -> None:
             answer.add_argument(
                 "--message", "-m", required=name == "respond", help="the reason or the result"
             )
+        if name == "approve":
+            add_grant_flags(answer)  # rule 16: --grant thread|agent --for 1h --uses 5 --exact
         if name == "edit":
             how = answer.add_mutually_exclusive_group(required=True)
             how.add_argument(
@@ -120,11 +126,11 @@ def add_commands(commands: Any) -> None:
             how.add_argument(
                 "--editor", action="store_true", help="edit the whole object of arguments in $EDITOR"
             )
-        _where(answer)
+        where_flags(answer)
     threads = commands.add_parser("threads", help="threads, most recently updated first")
     threads.add_argument("--status", choices=["idle", "busy", "interrupted"])
     threads.add_argument("--limit", type=int, default=20)
-    _where(threads)
+    where_flags(threads)
     audit = commands.add_parser(
         "audit",
         help="the audit trail across threads or of one (who answered what, when, what ran, who "
@@ -172,7 +178,7 @@ def add_commands(commands: Any) -> None:
         help="with verify: rebuild each thread's row, pending reviews and their index rows from its log "
         "where they are damaged (the log must pass its own checks), and say what changed",
     )
-    _where(audit)
+    where_flags(audit)
 
 
 def _moment(text: str) -> float:
@@ -198,6 +204,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from handrail.review_client import ReviewError, open_reviews
     from handrail.server.loading import LoadError
 
+    if args.command == "approve":
+        grant_of(args)  # a flag that makes no sense is a usage error before anything is opened
     try:
         with open_reviews(args) as reviews:
             return _COMMANDS[args.command](reviews, args, console)

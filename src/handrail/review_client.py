@@ -6,7 +6,10 @@ opens the store (``--db``/``--postgres``) with the agent (``--agent module:obj``
 answers with ``Agent.decide`` as ``--reviewer``/``--role`` through channel ``cli``, then
 runs what they allow in this process. Both give the same JSON shapes as the service:
 an inbox item carries its ``approvals`` and ``expires_at`` (SPEC rules 14-15), and an
-answer that is one vote of several carries ``waiting`` and ``approvals``.
+answer that is one vote of several carries ``waiting`` and ``approvals``. Grants (rule
+16) are listed and revoked as ``GET /handrail/grants`` and ``POST
+/handrail/grants/{id}/revoke`` give them (``handrail.server.grants.grant_json``); over a
+service only those the token may see, on a store every grant it keeps.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class Reviews(Protocol):
     ) -> list[dict[str, Any]]: ...
     def thread_ids(self, prefix: str) -> list[str]: ...
     def locate(self, prefix: str) -> list[dict[str, Any]]: ...
+    def grants(
+        self, *, thread_id: str | None = None, agent: str | None = None, active: bool = True
+    ) -> list[dict[str, Any]]: ...
+    def revoke_grant(self, grant_id: str) -> dict[str, Any]: ...
 
 
 class ServiceReviews:
@@ -173,6 +180,26 @@ class ServiceReviews:
             _note_reviews(found, entries, prefix)
         return list(found.values())
 
+    def grants(
+        self, *, thread_id: str | None = None, agent: str | None = None, active: bool = True
+    ) -> list[dict[str, Any]]:
+        """The grants this token may see, newest first (with ``active``, only those in force)."""
+        given = {"thread_id": thread_id, "agent": agent, "active": "true" if active else "false"}
+        params: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        found: list[dict[str, Any]] = []
+        for offset in range(0, _SCAN, _GRANT_PAGE):
+            page = self._call(
+                "GET", "/handrail/grants", params={**params, "limit": _GRANT_PAGE, "offset": offset}
+            )
+            found += page["items"]
+            if len(page["items"]) < _GRANT_PAGE:
+                break
+        return found
+
+    def revoke_grant(self, grant_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/handrail/grants/{quote(grant_id, safe='')}/revoke")
+        return result
+
 
 class StoreReviews:
     """The review CLI's calls, straight on a store, with the agent hosted in this process."""
@@ -197,7 +224,12 @@ class StoreReviews:
         return {"items": items, "next_cursor": page.next_cursor}
 
     def answer(self, thread_id: str, interrupt_id: str, answer: Any) -> dict[str, Any]:
-        from handrail.errors import AlreadyAnsweredError, NotAllowedError, ReviewExpiredError
+        from handrail.errors import (
+            AlreadyAnsweredError,
+            InvalidDecisionError,
+            NotAllowedError,
+            ReviewExpiredError,
+        )
         from handrail.messages import new_id
         from handrail.server.wire import to_wire
 
@@ -214,6 +246,8 @@ class StoreReviews:
             ) from None
         except NotAllowedError as exc:  # what the service's 403 says
             raise ReviewError(str(exc), status=403, problem={"roles": list(exc.roles)}) from None
+        except InvalidDecisionError as exc:  # what the service's 422 says
+            raise ReviewError(str(exc), status=422, problem={"detail": str(exc)}) from None
         counted = {
             "waiting": decision.waiting,  # a vote of several (rule 14): nothing runs yet
             "approvals": [a.as_json() for a in decision.approvals],
@@ -312,8 +346,39 @@ class StoreReviews:
         _note_reviews(found, [audit_entry(e) for e in self._agent.audit(limit=_SCAN)], prefix)
         return list(found.values())
 
+    def grants(
+        self, *, thread_id: str | None = None, agent: str | None = None, active: bool = True
+    ) -> list[dict[str, Any]]:
+        """The store's grants, newest first (with ``active``, only those in force); ``agent``
+        is an assistant id, as the grants keep it."""
+        from handrail.runtime import answering
+        from handrail.server.grants import grant_json
+
+        found: list[dict[str, Any]] = []
+        for offset in range(0, _SCAN, _GRANT_PAGE):
+            page = self._agent.list_grants(
+                thread_id=thread_id, agent=agent, active=active, limit=_GRANT_PAGE, offset=offset
+            )
+            at = answering.now()
+            found += [grant_json(g, at) for g in page]
+            if len(page) < _GRANT_PAGE:
+                break
+        return found
+
+    def revoke_grant(self, grant_id: str) -> dict[str, Any]:
+        from handrail.errors import InvalidInputError
+        from handrail.runtime import answering
+        from handrail.server.grants import grant_json
+
+        try:
+            revoked = self._agent.revoke_grant(grant_id, by=self._reviewer)
+        except InvalidInputError as exc:
+            raise ReviewError(str(exc), status=404) from None
+        return grant_json(revoked, answering.now())
+
 
 _PAGE = 100
+_GRANT_PAGE = 500
 _SCAN = 100_000  # at most this many threads, or audit entries, are looked through for a prefix
 _LOCATE_THREADS = 50
 

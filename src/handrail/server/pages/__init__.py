@@ -2,12 +2,14 @@
 
 One module per concern: ``signin`` (tokens, one-time links, sessions), ``inbox`` (the
 list, live rows), ``review`` (one review, its form, what became of it), ``bulk``,
-``thread`` (conversation and audit trail), ``raw`` (the whole of a folded value);
+``thread`` (conversation and audit trail), ``raw`` (the whole of a folded value),
+``grants_page`` (the grants a reviewer may see and revoke: SPEC rule 16);
 ``render`` makes every page (templates,
 headers, CSRF, errors), ``forms`` builds edit forms from a tool's JSON schema and reads
 them back typed, ``shape`` reads what a review asks, ``lookup`` where it stands,
 ``policy`` what its policy adds (approvals counted, the time left before it expires:
-SPEC rules 14-15), and ``markup`` shows untrusted values as text. Templates are in
+SPEC rules 14-15), ``grant_form`` the review page's "Approve and allow for..." (rule
+16), and ``markup`` shows untrusted values as text. Templates are in
 ``server/templates``, the pages' own scripts and styles in ``server/static``. See
 ``docs/service.md``.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
-from handrail.server.pages import bulk, inbox, raw, review, signin, thread
+from handrail.server.pages import bulk, grants_page, inbox, raw, review, signin, thread
 from handrail.server.pages.errors import HtmlErrors
 from handrail.server.pages.render import STATIC, StaticFiles, error_page, html, session_visitor
 
@@ -36,7 +38,7 @@ async def not_found(request: Request, rest: str) -> Response:
 def install(app: FastAPI) -> None:
     """Serve the web inbox from ``app``: its pages, its static files, its fallback page."""
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
-    for module in (signin, inbox, review, bulk, thread, raw):
+    for module in (signin, inbox, review, bulk, thread, raw, grants_page):
         app.include_router(module.router)
     app.include_router(_fallback)
     # Errors answered before a page's route runs (413, 429) are pages too: add

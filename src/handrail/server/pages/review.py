@@ -35,6 +35,13 @@ from handrail.review import reviewer_id
 from handrail.review.policy import DEFAULT_DESCRIPTION_PREFIX
 from handrail.server.access import require
 from handrail.server.pages.forms import FieldSpec, build_fields, read_fields
+from handrail.server.pages.grant_form import (
+    DURATIONS,
+    grant_asked,
+    grant_words,
+    grantable_calls,
+    read_grant,
+)
 from handrail.server.pages.lookup import ReviewAt, find_review, live_end, outcome_after, refused, running_here
 from handrail.server.pages.markup import folded
 from handrail.server.pages.policy import ReviewPolicy, pending_item, review_policy, votes_of
@@ -166,6 +173,7 @@ async def _show(
     chosen: dict[int, str] | None = None,
     messages: dict[int, str] | None = None,
     custom: dict[str, Any] | None = None,
+    grants: dict[int, dict[str, str]] | None = None,
     error: str | None = None,
 ) -> Response:
     service = service_of(request)
@@ -173,7 +181,8 @@ async def _show(
     if forms is None:
         forms = {c.index: build_fields(c.index, c.schema, c.args) for c in shape.calls if "edit" in c.allowed}
     after = await live_end(service)
-    policy = review_policy(await pending_item(review), reviewer_id(me.credential.reviewer))
+    item = await pending_item(review)
+    policy = review_policy(item, reviewer_id(me.credential.reviewer))
     return render(
         request,
         "review.html",
@@ -197,6 +206,9 @@ async def _show(
         after=after,
         action=review_url(review.thread_id, review.interrupt_id),
         policy=policy,
+        grantable=grantable_calls(item, shape),  # rule 16: "approve, and allow for..."
+        grants=grants or {},
+        durations=DURATIONS,
     )
 
 
@@ -283,6 +295,7 @@ def _answers(shape: ReviewShape, answer: Any) -> list[dict[str, Any]]:
                 "message": decision.get("message"),
                 "proposed": call.args,
                 "edited": edited.get("args") if isinstance(edited, dict) else None,
+                "grant": grant_words(decision.get("grant")),
             }
         )
     return out
@@ -298,14 +311,24 @@ class Submitted:
     chosen: dict[int, str] = field(default_factory=dict)
     messages: dict[int, str] = field(default_factory=dict)
     custom: dict[str, Any] = field(default_factory=dict)
+    grants: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def kept(self) -> dict[str, Any]:
         """What to show again on a refusal, so nothing typed is lost."""
-        return {"forms": self.forms, "chosen": self.chosen, "messages": self.messages, "custom": self.custom}
+        return {
+            "forms": self.forms,
+            "chosen": self.chosen,
+            "messages": self.messages,
+            "custom": self.custom,
+            "grants": self.grants,
+        }
 
 
-def read_answer(shape: ReviewShape, form: dict[str, list[str]]) -> Submitted:
-    """The answer a submitted form holds, one decision per call (nothing is sent on a problem)."""
+def read_answer(
+    shape: ReviewShape, form: dict[str, list[str]], grantable: frozenset[int] = frozenset()
+) -> Submitted:
+    """The answer a submitted form holds, one decision per call (nothing is sent on a problem);
+    ``grantable``: the calls whose approval may carry a grant (rule 16)."""
     out = Submitted()
     decisions: list[dict[str, Any]] = []
     for call in shape.calls:
@@ -324,6 +347,15 @@ def read_answer(shape: ReviewShape, form: dict[str, list[str]]) -> Submitted:
             continue
         if fields is not None:
             read_fields(fields, form)  # keeps what was typed in a form not chosen
+        if call.index in grantable:
+            grant, problems, out.grants[call.index] = read_grant(form, call.index, where)
+            if picked == "approve" and grant_asked(form, call.index):  # rule 16: approve, and allow
+                out.problems += problems
+                decisions.append({"type": "approve", "grant": grant})
+                continue
+        elif picked == "approve" and grant_asked(form, call.index):  # the review may not grant
+            out.problems.append(f"{where}: this review cannot give a grant; approve without one.")
+            continue
         if picked not in DECISION_LABELS:
             out.problems.append(f"Choose a decision for {where}.")
             continue
@@ -367,7 +399,7 @@ async def answer(request: Request, thread_id: str, interrupt_id: str) -> Respons
     if review.status != "pending":
         return await _settled(request, me, review, status=409, conflict=True)
     shape = read_shape(review.value, review.agent)
-    sent = read_answer(shape, form)
+    sent = read_answer(shape, form, grantable_calls(await pending_item(review), shape))
     if sent.problems:
         return await _show(request, me, review, status=422, error=" ".join(sent.problems), **sent.kept())
     service = service_of(request)

@@ -66,6 +66,11 @@ def trail_rows(entries: list[AuditEntry]) -> list[dict[str, Any]]:
         elif e.event == "tool_started":
             row["label"] = "ran"
             row["what"] = f"{e.tool}({summary(e.args, 200)})"
+            grant = e.value.get("grant_id") if isinstance(e.value, Mapping) else None
+            if e.channel == "grant" and isinstance(grant, str):  # rule 16: no review; a grant let it run
+                row["label"] = "ran under a grant"
+                row["who"] = reviewer_id(e.reviewer)
+                row["grant"] = grant
             proposed = e.proposed.get("args") if isinstance(e.proposed, Mapping) else None
             if proposed is not None and proposed != e.args:
                 row["label"] = "ran, edited"

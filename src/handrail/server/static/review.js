@@ -195,6 +195,12 @@ function applyDecision(section) {
   const decision = decisionOf(section);
   const edit = section.querySelector("[data-edit]");
   const message = section.querySelector("[data-message]");
+  const grant = section.querySelector("[data-grant]");
+  if (grant) {
+    // "And allow later calls for..." goes with Approve (rule 16); its options with the box
+    grant.hidden = decision !== "approve";
+    grant.querySelector("[data-grant-options]").disabled = !grant.querySelector("input[name$=':on']").checked;
+  }
   if (edit) edit.hidden = decision !== "edit";
   if (message) message.hidden = decision !== "reject" && decision !== "respond";
   if (edit) applyStates(); // the edit fields are sent only with an edit
@@ -234,6 +240,11 @@ form.addEventListener("change", (event) => {
 });
 form.addEventListener("input", (event) => {
   unconfirm();
+  if (event.target.matches("[data-grant] input.uses")) {
+    // typing a number of calls chooses "a number of calls"
+    const calls = event.target.closest("[data-grant]").querySelector("input[value='calls']");
+    if (calls) calls.checked = true;
+  }
   const edit = event.target.closest("[data-edit]");
   if (edit) refreshEdit(Number(edit.dataset.edit));
 });
@@ -317,6 +328,16 @@ form.addEventListener("submit", (event) => {
       message.setAttribute("aria-invalid", "true");
       message.focus();
       return;
+    }
+    const box = section.querySelector("[data-grant]");
+    if (decision === "approve" && box && box.querySelector("input[name$=':on']").checked) {
+      const span = box.querySelector("input[name$=':for']:checked");
+      const uses = box.querySelector("input.uses");
+      if (span && span.value === "calls" && !/^[1-9][0-9]{0,6}$/.test(uses.value.trim())) {
+        event.preventDefault();
+        problem(`Enter how many calls of ${name} the grant covers.`, uses);
+        return;
+      }
     }
     if (decision === "edit") {
       edits += 1;
