@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from rich.table import Column
 
+from handrail._duration import time_left
 from handrail._message_display import visible_json
 
 __all__ = [
@@ -133,22 +134,6 @@ def approvals_text(item: Any) -> list[str]:
             text += f", {'rejected' if decided['type'] == 'reject' else 'answered'}"
         out.append(text)
     return out
-
-
-def time_left(seconds: float) -> str:
-    """``expires in 43 min`` (``42 s``, ``2 h 5 min``, ``3 d 4 h``; rounded down), or ``expired``."""
-    if seconds <= 0:
-        return "expired"
-    left = int(seconds)
-    if left < 60:
-        return f"expires in {left} s"
-    if left < 3600:
-        return f"expires in {left // 60} min"
-    if left < 86400:
-        hours, minutes = divmod(left // 60, 60)
-        return f"expires in {hours} h" + (f" {minutes} min" if minutes else "")
-    days, hours = divmod(left // 3600, 24)
-    return f"expires in {days} d" + (f" {hours} h" if hours else "")
 
 
 def expiry_text(item: Any, *, at: bool = True, now: float | None = None) -> str | None:

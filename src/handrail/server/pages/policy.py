@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from handrail._duration import time_left
 from handrail.review import reviewer_id
 from handrail.review.terms import calls_asked, terms_of
 from handrail.runtime import answering
@@ -106,25 +107,6 @@ def counts_of(approvals: Sequence[Any]) -> list[Count]:
             )
         )
     return out
-
-
-def time_left(seconds: float) -> str:
-    """``expires in 43 min`` (``42 s``, ``2 h 5 min``, ``3 d 4 h``), or ``expired`` once past.
-
-    Whole units, rounded down: a page never promises more time than is left.
-    """
-    if seconds <= 0:
-        return "expired"
-    left = int(seconds)
-    if left < 60:
-        return f"expires in {left} s"
-    if left < 3600:
-        return f"expires in {left // 60} min"
-    if left < 86400:
-        hours, minutes = divmod(left // 60, 60)
-        return f"expires in {hours} h" + (f" {minutes} min" if minutes else "")
-    days, hours = divmod(left // 3600, 24)
-    return f"expires in {days} d" + (f" {hours} h" if hours else "")
 
 
 @dataclass(frozen=True, slots=True)
