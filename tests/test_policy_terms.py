@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from handrail.errors import ConfigurationError
 from handrail.review import Policies, parse_policy, terms_for, terms_of
-from handrail.review.policy import MAX_APPROVALS, MAX_EXPIRY
+from handrail.review.terms import MAX_APPROVALS, MAX_EXPIRY
 
 VALUES = st.one_of(
     st.none(),

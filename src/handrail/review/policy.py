@@ -7,7 +7,6 @@ The shapes a reviewer sees (SPEC §3) are defined here and re-exported by
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -17,6 +16,7 @@ import orjson
 
 from handrail.errors import ConfigurationError, short_repr
 from handrail.messages import ToolCall, ToolMessage
+from handrail.review.terms import parse_terms
 
 __all__ = [
     "DECISION_SOURCE",
@@ -181,10 +181,6 @@ _CONFIG_KEYS = frozenset(
         "grantable",
     }
 )
-MAX_APPROVALS = 100
-"""The most approvals a policy may require (a larger number is a typo, not a quorum)."""
-MAX_EXPIRY = 366 * 24 * 3600.0
-"""The longest ``expires_after`` (a year and a day): longer is a unit mistake."""
 _LEGACY_KEYS = {"allow_accept": ("approve",), "allow_edit": ("edit",), "allow_respond": ("respond", "reject")}
 
 
@@ -412,61 +408,8 @@ def parse_policy(tool_name: str, config: Any) -> Policy | None:
         when=when,
         args_schema=dict(schema) if schema is not None else None,
         reviewers=tuple(reviewers) if reviewers is not None else None,
-        **_review_terms(tool_name, config, allowed),
+        **parse_terms(tool_name, config, allowed),
     )
-
-
-def _review_terms(tool_name: str, config: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-    """The keys of rules 13-16, checked: a value that cannot be read is an error, never a default."""
-    where = f"interrupt_on[{tool_name!r}]"
-    out: dict[str, Any] = {}
-    for key in ("allow_self_approval", "grantable"):
-        if key in config:
-            if not isinstance(config[key], bool):
-                raise ConfigurationError(
-                    f"{where} {key} must be True or False, got {short_repr(config[key])}"
-                )
-            out[key] = config[key]
-    if "required_approvals" in config:
-        count = config["required_approvals"]
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_APPROVALS:
-            raise ConfigurationError(
-                f"{where} required_approvals must be a whole number from 1 to {MAX_APPROVALS} (how many "
-                f"different reviewers must approve), got {short_repr(count)}"
-            )
-        if count > 1 and "approve" not in allowed and "edit" not in allowed:
-            raise ConfigurationError(
-                f"{where} required_approvals={count} counts approvals, but allowed_decisions "
-                f"{list(allowed)} allow neither 'approve' nor 'edit'"
-            )
-        out["required_approvals"] = count
-    if "expires_after" in config:
-        out["expires_after"] = _seconds(where, config["expires_after"])
-    if "on_expiry" in config:
-        if config["on_expiry"] not in ("reject", "approve"):
-            raise ConfigurationError(
-                f"{where} on_expiry must be 'reject' or 'approve', got {short_repr(config['on_expiry'])}"
-            )
-        if "expires_after" not in config:
-            raise ConfigurationError(f"{where} on_expiry needs expires_after: when the review expires")
-        out["on_expiry"] = config["on_expiry"]
-    return out
-
-
-def _seconds(where: str, value: Any) -> float:
-    """``expires_after`` in seconds: a positive number or ``timedelta``, at most a year and a day."""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not math.isfinite(seconds)
-        or not 0 < seconds <= MAX_EXPIRY
-    ):
-        raise ConfigurationError(
-            f"{where} expires_after must be a number of seconds or a timedelta, more than 0 and at "
-            f"most {int(MAX_EXPIRY)} (a year and a day), got {short_repr(value)}"
-        )
-    return float(seconds)
 
 
 def _allowed_decisions(tool_name: str, config: Mapping[str, Any]) -> tuple[DecisionType, ...]:

@@ -22,12 +22,29 @@ call whose policy sets no expiry).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from handrail.review.policy import Policies
+from handrail.errors import ConfigurationError, short_repr
 
-__all__ = ["DEFAULT_TERMS", "CallTerms", "calls_asked", "expires_at", "needs_count", "terms_for", "terms_of"]
+if TYPE_CHECKING:
+    from handrail.review.policy import Policies
+
+
+__all__ = [
+    "DEFAULT_TERMS",
+    "MAX_APPROVALS",
+    "MAX_EXPIRY",
+    "CallTerms",
+    "calls_asked",
+    "expires_at",
+    "needs_count",
+    "parse_terms",
+    "terms_for",
+    "terms_of",
+]
 
 
 class CallTerms(NamedTuple):
@@ -123,3 +140,63 @@ def expires_at(terms: Any, asked_at: float) -> float | None:
     if isinstance(after, bool) or not isinstance(after, (int, float)):
         return None
     return asked_at + float(after)
+
+
+# Reading the keys of rules 13-16 from a policy (``policy.parse_policy``) -----------------------
+MAX_APPROVALS = 100
+"""The most approvals a policy may require (a larger number is a typo, not a quorum)."""
+MAX_EXPIRY = 366 * 24 * 3600.0
+"""The longest ``expires_after`` (a year and a day): longer is a unit mistake."""
+
+
+def parse_terms(tool_name: str, config: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+    """The keys of rules 13-16, checked: a value that cannot be read is an error, never a default."""
+    where = f"interrupt_on[{tool_name!r}]"
+    out: dict[str, Any] = {}
+    for key in ("allow_self_approval", "grantable"):
+        if key in config:
+            if not isinstance(config[key], bool):
+                raise ConfigurationError(
+                    f"{where} {key} must be True or False, got {short_repr(config[key])}"
+                )
+            out[key] = config[key]
+    if "required_approvals" in config:
+        count = config["required_approvals"]
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_APPROVALS:
+            raise ConfigurationError(
+                f"{where} required_approvals must be a whole number from 1 to {MAX_APPROVALS} (how many "
+                f"different reviewers must approve), got {short_repr(count)}"
+            )
+        if count > 1 and "approve" not in allowed and "edit" not in allowed:
+            raise ConfigurationError(
+                f"{where} required_approvals={count} counts approvals, but allowed_decisions "
+                f"{list(allowed)} allow neither 'approve' nor 'edit'"
+            )
+        out["required_approvals"] = count
+    if "expires_after" in config:
+        out["expires_after"] = _seconds(where, config["expires_after"])
+    if "on_expiry" in config:
+        if config["on_expiry"] not in ("reject", "approve"):
+            raise ConfigurationError(
+                f"{where} on_expiry must be 'reject' or 'approve', got {short_repr(config['on_expiry'])}"
+            )
+        if "expires_after" not in config:
+            raise ConfigurationError(f"{where} on_expiry needs expires_after: when the review expires")
+        out["on_expiry"] = config["on_expiry"]
+    return out
+
+
+def _seconds(where: str, value: Any) -> float:
+    """``expires_after`` in seconds: a positive number or ``timedelta``, at most a year and a day."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not 0 < seconds <= MAX_EXPIRY
+    ):
+        raise ConfigurationError(
+            f"{where} expires_after must be a number of seconds or a timedelta, more than 0 and at "
+            f"most {int(MAX_EXPIRY)} (a year and a day), got {short_repr(value)}"
+        )
+    return float(seconds)
