@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DurationError", "parse_duration", "time_left"]
+__all__ = ["DurationError", "parse_duration", "span", "time_left"]
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -42,20 +42,24 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def span(seconds: float) -> str:
+    """A length of time as a reviewer reads it: ``42 s``, ``59 min``, ``2 h 5 min``, ``3 d 4 h``
+    (whole units, rounded down)."""
+    left = int(seconds)
+    if left < 60:
+        return f"{left} s"
+    if left < 3600:
+        return f"{left // 60} min"
+    if left < 86400:
+        hours, minutes = divmod(left // 60, 60)
+        return f"{hours} h" + (f" {minutes} min" if minutes else "")
+    days, hours = divmod(left // 3600, 24)
+    return f"{days} d" + (f" {hours} h" if hours else "")
+
+
 def time_left(seconds: float) -> str:
     """``expires in 43 min`` (``42 s``, ``2 h 5 min``, ``3 d 4 h``), or ``expired`` once past.
 
     Whole units, rounded down: a reviewer is never promised more time than is left.
     """
-    if seconds <= 0:
-        return "expired"
-    left = int(seconds)
-    if left < 60:
-        return f"expires in {left} s"
-    if left < 3600:
-        return f"expires in {left // 60} min"
-    if left < 86400:
-        hours, minutes = divmod(left // 60, 60)
-        return f"expires in {hours} h" + (f" {minutes} min" if minutes else "")
-    days, hours = divmod(left // 3600, 24)
-    return f"expires in {days} d" + (f" {hours} h" if hours else "")
+    return "expired" if seconds <= 0 else f"expires in {span(seconds)}"

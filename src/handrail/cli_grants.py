@@ -31,6 +31,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from handrail._duration import DurationError, parse_duration
+from handrail._duration import span as _span
 from handrail._message_display import visible
 from handrail._review_answer import CommandError
 from handrail._review_display import clock, id_column, one_line, text_column
@@ -111,20 +112,6 @@ def grant_of(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 # What a grant covers, in words ------------------------------------------------------------------
-def _span(seconds: float) -> str:
-    """``45 s``, ``30 min``, ``1 h``, ``2 h 5 min``, ``3 d 4 h`` (rounded down)."""
-    left = int(seconds)
-    if left < 60:
-        return f"{left} s"
-    if left < 3600:
-        return f"{left // 60} min"
-    if left < 86400:
-        hours, minutes = divmod(left // 60, 60)
-        return f"{hours} h" + (f" {minutes} min" if minutes else "")
-    days, hours = divmod(left // 3600, 24)
-    return f"{days} d" + (f" {hours} h" if hours else "")
-
-
 def _now() -> float:
     from handrail.runtime.answering import now
 

@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from handrail._duration import span as _span
 from handrail.checkpoint.grants import GrantRecord
 from handrail.review import reviewer_id
 from handrail.runtime import answering
@@ -50,20 +51,6 @@ __all__ = ["GrantRow", "grant_row", "router"]
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 200
 _GRANT_ID = re.compile(r"[0-9a-f]{1,64}")
-
-
-def _span(seconds: float) -> str:
-    """``42 s``, ``59 min``, ``7 h 59 min``, ``3 d 4 h`` (rounded down)."""
-    left = int(seconds)
-    if left < 60:
-        return f"{left} s"
-    if left < 3600:
-        return f"{left // 60} min"
-    if left < 86400:
-        hours, minutes = divmod(left // 60, 60)
-        return f"{hours} h" + (f" {minutes} min" if minutes else "")
-    days, hours = divmod(left // 3600, 24)
-    return f"{days} d" + (f" {hours} h" if hours else "")
 
 
 def _who(reviewer: Any) -> str:
