@@ -86,7 +86,7 @@ def answer_events(
     for interrupt_id, answer in checked.items():
         record = pending[interrupt_id]
         if _carries_grant(record, answer):
-            _check_grants(record, answer, reviewer)
+            _check_grants(spec, record, answer, reviewer)
             granting = True
         if record.terms is None or record.kind != "interrupt":
             resolved[interrupt_id] = answer
@@ -137,10 +137,16 @@ def _carries_grant(record: InterruptRecord, answer: Any) -> bool:
     return any(isinstance(d, Mapping) and "grant" in d for d in decisions_of(record.value, answer))
 
 
-def _check_grants(record: InterruptRecord, answer: Any, reviewer: Any) -> None:
+def _check_grants(spec: AgentSpec, record: InterruptRecord, answer: Any, reviewer: Any) -> None:
     """Rule 16 (``handrail.review.grants`` G1): an approval grants only where its review may."""
     if record.kind != "interrupt":
         return
+    if record.source is None or record.source != spec.policies.source:
+        raise InvalidDecisionError(
+            f"interrupt {record.id}: this review was not asked by the agent's review policy "
+            f"({spec.policies.source or 'none'}), so an approval of it cannot grant; nothing was saved",
+            interrupt_id=record.id,
+        )
     counting = needs_count(record.terms)
     for (call_id, name, _), decision in zip(
         calls_asked(record.value), decisions_of(record.value, answer), strict=False
