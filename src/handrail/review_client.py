@@ -121,11 +121,11 @@ class ServiceReviews:
 
     def pending(self, thread_id: str) -> dict[str, dict[str, Any]]:
         """The inbox items of ``thread_id``'s reviews this token may decide, by interrupt id
-        (their approvals and expiry): read from the inbox, which has no thread filter."""
+        (their approvals and expiry)."""
         found: dict[str, dict[str, Any]] = {}
         cursor: str | None = None
         for _ in range(0, _SCAN, _PAGE):
-            params: dict[str, Any] = {"limit": _PAGE, "messages": 0}
+            params: dict[str, Any] = {"limit": _PAGE, "messages": 0, "thread_id": thread_id}
             if cursor:
                 params["cursor"] = cursor
             page = self._call("GET", "/handrail/inbox", params=params)

@@ -53,6 +53,18 @@ async def test_the_inbox_pages_newest_first_and_oldest_first(
     ] == [threads[1]]
 
 
+async def test_the_inbox_lists_one_threads_reviews(service: Service, client: httpx.AsyncClient) -> None:
+    """``thread_id`` keeps the reviews of one thread (what ``handrail show`` asks for)."""
+    alice = service.token("alice", "dba")
+    threads = [(await paused(client, alice, text))[0] for text in ("DELETE FROM a", "DELETE FROM b")]
+    for thread in threads:
+        reply = await client.get(f"/handrail/inbox?thread_id={thread}", headers=alice)
+        assert reply.status_code == 200, reply.text
+        assert [i["thread_id"] for i in reply.json()["items"]] == [thread]
+    nothing = await client.get("/handrail/inbox?thread_id=no-such-thread", headers=alice)
+    assert nothing.status_code == 200 and nothing.json()["items"] == []
+
+
 async def test_a_cursor_of_the_other_order_or_an_unknown_order_is_a_problem(
     service: Service, client: httpx.AsyncClient
 ) -> None:

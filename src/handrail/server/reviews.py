@@ -82,6 +82,7 @@ async def inbox(
     request: Request,
     tool: str | None = Query(None, max_length=MAX_ID, description="only reviews of this tool"),
     agent: str | None = Query(None, max_length=MAX_ID, description="only threads of this assistant"),
+    thread_id: str | None = Query(None, max_length=MAX_ID, description="only the reviews of this thread"),
     older_than: float | None = Query(None, ge=0, description="seconds"),
     metadata: str | None = Query(None, description="a JSON object the thread's metadata must contain"),
     kind: str | None = Query(None, pattern="^(interrupt|outcome_unknown)$"),
@@ -105,6 +106,7 @@ async def inbox(
         credential,
         tool=tool,
         agent=agent,
+        thread_id=thread_id,
         older_than=older_than,
         metadata=_metadata_filter(metadata),
         kind=kind,
@@ -188,6 +190,7 @@ async def inbox_page(
     *,
     tool: str | None = None,
     agent: str | None = None,
+    thread_id: str | None = None,
     older_than: float | None = None,
     metadata: dict[str, Any] | None = None,
     kind: str | None = None,
@@ -207,6 +210,7 @@ async def inbox_page(
     library = service.agents[agent or service.default_assistant]
     page = await library.alist_interrupts(
         tool=tool,
+        thread_id=thread_id,
         older_than=older_than,
         metadata=metadata,
         kind=kind,
