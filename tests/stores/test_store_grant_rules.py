@@ -304,3 +304,25 @@ def test_a_random_grant_spec_is_refused_or_no_broader_than_declared(raw: dict[st
         assert grant["ttl"] == raw["ttl"] and 0 < grant["ttl"] <= MAX_GRANT_TTL
     if grant["uses"] is not None:
         assert grant["uses"] == raw["uses"] and 1 <= grant["uses"] <= MAX_GRANT_USES
+
+
+@pytest.mark.parametrize("terms", [{"grantable": False}, {"required_approvals": 2}])
+def test_a_call_no_grant_could_cover_pauses_without_reading_grants(
+    make_agent: AgentFactory, location: Location, terms: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause of a tool that cannot be granted (or counts approvals) costs no read of the grants."""
+    saver = location.saver()
+    reads: list[Any] = []
+    original = type(saver).list_grants
+
+    def counted(self: Any, filter: Any) -> Any:
+        reads.append(filter)
+        return original(self, filter)
+
+    monkeypatch.setattr(type(saver), "list_grants", counted)
+    for mode in ("batched", "per_call"):
+        agent = make_agent(
+            [*sql_turns("Q0"), {"content": "done"}], policy=rules(**terms), mode=mode, checkpointer=saver
+        )
+        assert asked_queries(start(agent, f"t-{mode}")) == ["Q0"]
+    assert reads == []

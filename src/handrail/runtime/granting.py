@@ -41,8 +41,17 @@ def _in_force(env: Env, fold: ThreadFold, at: float) -> Gen:
     return grants
 
 
+def _may_be_granted(env: Env, name: str) -> bool:
+    """Whether any grant could cover a call to ``name`` under the policy in force (when none
+    could, no grant is read)."""
+    policy = env.spec.policies.by_tool.get(name)
+    return policy is not None and policy.grantable and policy.required_approvals == 1
+
+
 def covering(env: Env, fold: ThreadFold, call: ToolCall) -> Gen:
     """The grant that lets ``call`` run now without a pause, or None."""
+    if not _may_be_granted(env, str(call["name"])):
+        return None
     at = answering.now()
     grants = yield from _in_force(env, fold, at)
     if not grants:
@@ -78,6 +87,8 @@ def uncovered(env: Env, fold: ThreadFold, signal: PauseSignal) -> Gen:
         return signal
     requests, configs = value.get("action_requests"), value.get("review_configs")
     if not isinstance(requests, list) or not isinstance(configs, list) or len(requests) != len(configs):
+        return signal
+    if not any(isinstance(r, Mapping) and _may_be_granted(env, str(r.get("name"))) for r in requests):
         return signal
     at = answering.now()
     grants = yield from _in_force(env, fold, at)
