@@ -126,12 +126,15 @@ class Web:
 
 
 @contextmanager
-def serving(flags: list[str]) -> Iterator[str]:
-    """A ``handrail serve web_agent:agent`` process; yields its URL."""
+def serving(
+    flags: list[str], target: str = "web_agent:agent", env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A ``handrail serve TARGET`` process (a module of this folder; ``env`` added to its
+    environment); yields its URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "handrail", "serve", "web_agent:agent", *flags, "--port", "0"],
+        [sys.executable, "-m", "handrail", "serve", target, *flags, "--port", "0"],
         cwd=HERE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

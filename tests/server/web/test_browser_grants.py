@@ -14,14 +14,8 @@ or critical violations and for nothing cut off at the side, and photographed int
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import tempfile
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,52 +23,15 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from conftest import HERE, Web, accessible
+from conftest import Web, accessible, serving
 
 SHOTS = Path("/tmp/grant-shots")
 PHONE = 390
 
 
-@contextmanager
-def serving_grants(flags: list[str], ledger: Path) -> Iterator[str]:
+def serving_grants(flags: list[str], ledger: Path) -> Any:
     """A ``handrail serve grant_agent:agent`` process whose tools write ``ledger``; yields its URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "handrail", "serve", "grant_agent:agent", *flags, "--port", "0"],
-        cwd=HERE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "HANDRAIL_GRANT_LEDGER": str(ledger)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        lines = []
-        for line in process.stdout:
-            lines.append(line)
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                break
-        else:
-            raise AssertionError("handrail serve stopped: " + "".join(lines))
-        log = Path(tempfile.gettempdir()) / f"handrail-grant-serve-{process.pid}.log"
-
-        def keep() -> None:  # what the service printed, for a failing test to name
-            assert process.stdout is not None
-            with log.open("w") as out:
-                for line in process.stdout:
-                    out.write(line)
-                    out.flush()
-
-        threading.Thread(target=keep, daemon=True).start()
-        print(f"handrail serve's output: {log}")
-        yield found.group(1)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    return serving(flags, "grant_agent:agent", {"HANDRAIL_GRANT_LEDGER": str(ledger)})
 
 
 @pytest.fixture(scope="module")
