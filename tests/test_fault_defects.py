@@ -359,3 +359,56 @@ def test_an_edited_call_cut_short_is_asked_about_as_it_ran(tmp_path: Path) -> No
     assert (unknown.value["name"], unknown.value["args"]) == ("shred", {"path": "b"}), json.dumps(
         unknown.value
     )
+
+
+@needs_fork
+def test_a_call_a_grant_let_run_that_dies_mid_tool_is_asked_about_not_run_again(tmp_path: Path) -> None:
+    """Rules 9 and 16: a call that ran under a grant, its process killed inside the tool, is an
+    ``outcome_unknown`` review afterwards; the grant is not spent again to run it silently."""
+    db = tmp_path / "threads.db"
+    ledger = tmp_path / "ledger.txt"
+    ledger.touch()
+
+    @tool
+    def charge(card: str) -> str:
+        """Charge a card (not idempotent)."""
+        with ledger.open("a") as out:
+            out.write(card + "\n")
+        if os.environ.get("HR_DIE_IN_CHARGE") == "1":
+            os._exit(9)
+        return f"charged {card}"
+
+    def make(script: list[Any]) -> Any:
+        return create_agent(
+            ScriptedModel(script),
+            [charge],
+            middleware=[HumanInTheLoopMiddleware({"charge": True})],
+            checkpointer=SqliteSaver(db),
+        )
+
+    first = {"name": "charge", "args": {"card": "A"}, "id": "a"}
+    second = {"name": "charge", "args": {"card": "B"}, "id": "b"}
+    grant = {"type": "approve", "grant": {"scope": "thread", "uses": 5}}
+    make([turn(first)]).invoke({"messages": "charge"}, config())
+    make([turn(second), {"content": "ok"}]).invoke(
+        Command(resume={"decisions": [grant]}), config(reviewer="bob")
+    )
+    assert ledger.read_text().split() == ["A", "B"]  # B ran under the grant
+    pid = os.fork()
+    if pid == 0:  # the child: the next turn's call runs under the grant, and dies inside it
+        os.environ["HR_DIE_IN_CHARGE"] = "1"
+        try:
+            make([turn({"name": "charge", "args": {"card": "C"}, "id": "c"})]).invoke(
+                {"messages": "again"}, config()
+            )
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 9
+    fresh = make([{"content": "done"}])
+    again = fresh.invoke(None, config())
+    (review,) = again["__interrupt__"]
+    assert review.value["type"] == "outcome_unknown" and review.value["tool_call_id"] == "c"
+    assert ledger.read_text().split() == ["A", "B", "C"], "the killed call ran again"
+    (spent,) = fresh.list_grants()
+    assert spent.used == 2  # B and C, once each

@@ -115,3 +115,30 @@ async def test_the_grant_routes_need_a_credential_and_the_review_scope(
     dba = served.token("dana", "dba")
     assert (await client.post("/handrail/grants/not-hex!/revoke", headers=dba)).status_code == 400
     assert (await client.post("/handrail/grants/abc/revoke", headers=dba)).status_code == 404
+
+
+async def test_a_reviewer_without_the_tools_role_cannot_grant_it_or_see_its_reviews(
+    served: Served, client: httpx.AsyncClient
+) -> None:
+    """The doors of rule 16 with an ordinary credential: an approval carrying a grant from a
+    reviewer whose roles do not decide the tool is a 403 and gives nothing; the inbox's
+    thread filter shows them nothing of the thread; the ledger says nothing ran."""
+    app, ops, dba = served.token("app"), served.token("olga", "ops"), served.token("dana", "dba")
+    thread, (review,) = await ask(client, app, "DROP TABLE users")
+    grant = {"scope": "agent", "ttl": 3600, "uses": 100}
+    refused = await client.post(
+        f"/handrail/threads/{thread}/interrupts/{review['id']}/answer?wait=true",
+        json={"answer": {"decisions": [{"type": "approve", "grant": grant}]}},
+        headers=ops,
+    )
+    assert refused.status_code == 403, refused.text
+    looked = await client.get(f"/handrail/inbox?thread_id={thread}", headers=ops)
+    assert looked.status_code == 200 and looked.json()["items"] == []
+    _, asked = await ask(client, app, "DROP TABLE orders")  # no grant: asked like any other
+    assert len(asked) == 1
+    assert served_agent.RAN == []
+    assert (await client.get("/handrail/grants?active=false", headers=dba)).json()["items"] == []
+    assert [
+        i["thread_id"]
+        for i in (await client.get(f"/handrail/inbox?thread_id={thread}", headers=dba)).json()["items"]
+    ] == [thread]
