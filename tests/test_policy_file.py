@@ -154,7 +154,7 @@ def test_an_unreadable_or_empty_file_is_refused_never_read_as_no_review(tmp_path
         load_policy_file(tmp_path / "missing.toml")
     with pytest.raises(PolicyFileError, match=r"at least one \[agents.NAME\]"):
         load_policy_file(write(tmp_path, "# nothing yet\n"))
-    with pytest.raises(PolicyFileError, match="not supported by this version yet"):
+    with pytest.raises(PolicyFileError, match="notifications: must be a table"):
         load_policy_file(write(tmp_path, EXAMPLE + '\n[[notifications]]\nurl = "https://x"\n'))
 
 

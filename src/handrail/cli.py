@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from handrail import __version__, cli_grants, cli_policy, cli_sweep, review_cli
+from handrail import __version__, cli_grants, cli_policy, cli_sweep, cli_webhooks, review_cli
 from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
@@ -153,6 +153,7 @@ def _build_parser() -> argparse.ArgumentParser:
     cli_policy.add_commands(commands)  # policy check (handrail.cli_policy)
     cli_sweep.add_commands(commands)  # sweep (handrail.cli_sweep)
     cli_grants.add_commands(commands)  # grants list | revoke (handrail.cli_grants)
+    cli_webhooks.add_commands(commands)  # webhooks ..., deliver (handrail.cli_webhooks)
     return parser
 
 
@@ -181,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_policy.run(args, safe_console(highlight=False), UsageError)
         if args.command in cli_sweep.COMMANDS:
             return cli_sweep.run(args, safe_console(highlight=False), StoreError)
+        if args.command in cli_webhooks.COMMANDS:
+            return cli_webhooks.run(args, safe_console(highlight=False), StoreError)
         if args.command in review_cli.COMMANDS or args.command in cli_grants.COMMANDS:
             runner = review_cli.run if args.command in review_cli.COMMANDS else cli_grants.run
             try:

@@ -86,6 +86,7 @@ class PolicyFile:
     agents: Mapping[str, Mapping[str, Any]]
     _lines: Mapping[tuple[str, ...], int]
     _prefix: tuple[str, ...]
+    notifications: Any = None  # handrail.notify.config.NotifySettings of its [notifications], if any
 
     def for_agent(self, agent: str, *, tools: Collection[str]) -> dict[str, Any]:
         """The keyword arguments of ``HumanInTheLoopMiddleware`` for ``agent``: its
@@ -158,7 +159,15 @@ def load_policy_file(path: str | Path) -> PolicyFile:
             raise PolicyFileError(where, None, None, "has no [tool.handrail] table")
         document = tool["handrail"]
     agents = _agents(where, lines, prefix, document)
-    return PolicyFile(where, agents, lines, prefix)
+    notifications = None
+    if "notifications" in document:
+        from handrail.notify.config import NotifyConfigError, parse_notifications  # the notify layer
+
+        try:
+            notifications = parse_notifications(document["notifications"])
+        except NotifyConfigError as exc:
+            raise _error(where, lines, prefix, exc.key, str(exc)) from None
+    return PolicyFile(where, agents, lines, prefix, notifications)
 
 
 def _agents(
@@ -168,10 +177,8 @@ def _agents(
         return _error(path, lines, prefix, key, problem)
 
     for key in document:
-        if key == "notifications":
-            raise fail((key,), "notification endpoints in policy files are not supported by this version yet")
-        if key != "agents":
-            raise fail((key,), "unknown key; a policy file holds [agents.NAME] tables")
+        if key not in ("agents", "notifications"):
+            raise fail((key,), "unknown key; a policy file holds [agents.NAME] tables and [notifications]")
     agents = document.get("agents", {})
     if not isinstance(agents, dict) or not agents:
         raise fail(("agents",), "needs at least one [agents.NAME] table")

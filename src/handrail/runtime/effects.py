@@ -330,11 +330,12 @@ class Persist(Effect):
         notices: list[Notice] = []
         fold = env.fold
         assert fold is not None
+        agent = record.metadata.get("assistant_id") or env.spec.name  # the agent the thread is of
         for event in events:
             if event.kind == "interrupt":
                 asked = fold.pending.get(event.data["id"])
                 if asked is not None:
-                    notices.append(_notice("review.requested", env, _asked(asked)))
+                    notices.append(_notice("review.requested", env, {**_asked(env, asked), "agent": agent}))
             elif event.kind == "resume":
                 expired = event.data.get("channel") == "expiry"
                 for interrupt_id in event.data["answers"]:
@@ -342,17 +343,24 @@ class Persist(Effect):
                         "interrupt_id": interrupt_id,
                         "reviewer": event.data.get("reviewer"),
                         "channel": event.data.get("channel"),
+                        "answer": event.data["answers"][interrupt_id],
+                        "agent": agent,
                     }
+                    asked = fold.pending.get(interrupt_id) or fold.step_interrupts.get(interrupt_id)
+                    if asked is not None:  # what was asked, so a notification names the tools
+                        answered = {**_asked(env, asked), **answered}
                     notices.append(_notice("review.expired" if expired else "review.decided", env, answered))
             elif event.kind == "approval":
                 voted = {
                     "interrupt_id": event.data["interrupt"],
                     "reviewer": event.data.get("reviewer"),
                     "channel": event.data.get("channel"),
+                    "agent": agent,
                 }
                 notices.append(_notice("review.approved", env, voted))
         if self.release:
-            ended = {"run_id": env.run_id, "status": "error" if self.failed else "success"}
+            ended: dict[str, Any] = {"run_id": env.run_id, "status": "error" if self.failed else "success"}
+            ended["agent"] = agent
             notices.append(_notice("run.finished", env, {**ended, "thread_status": record.status}))
         return notices
 
@@ -464,13 +472,16 @@ def _notice(kind: str, env: Env, data: dict[str, Any]) -> Notice:
     return Notice(kind, pack_payload(dumps(data, where=f"a notice of thread {env.thread_id!r}")))
 
 
-def _asked(record: InterruptRecord) -> dict[str, Any]:
-    return {
-        "interrupt_id": record.id,
-        "kind": record.kind,
-        "tools": list(tools_named_by(record.value)),
-        "value": record.value,
-    }
+def _asked(env: Env, record: InterruptRecord) -> dict[str, Any]:
+    tools = list(tools_named_by(record.value))
+    roles = {tool: policy.reviewers for tool in tools if (policy := env.spec.policies.by_tool.get(tool))}
+    asked = {"interrupt_id": record.id, "kind": record.kind, "tools": tools, "value": record.value}
+    # who may decide, and until when: what a notification says (rules 12, 15)
+    asked["reviewers"] = {tool: list(found) for tool, found in roles.items() if found is not None}
+    expires = record.expires_at
+    if expires is not None:
+        asked["expires_at"] = expires
+    return asked
 
 
 _CLAIMING = frozenset({"input", "tools_planned", "tool_started"})  # what makes a run claim the thread

@@ -19,7 +19,11 @@ from typing import Any
 from fastapi import FastAPI
 
 from handrail.agent import Agent
-from handrail.server import events, grants, pages, reviews, runs, threads
+from handrail.notify.channels import Channel
+from handrail.notify.config import NotifySettings, apply_settings
+from handrail.notify.deliverer import Deliverer, default_channels
+from handrail.notify.outbox import Outbox
+from handrail.server import events, grants, pages, reviews, runs, threads, webhooks
 from handrail.server.db import ServerDB
 from handrail.server.events import LiveFeed
 from handrail.server.limits import RateLimit, RequestGuard
@@ -44,6 +48,10 @@ def create_app(
     feed_retention: float = 7 * 24 * 3600.0,
     rate_limit: float | None = None,
     sweep_every: float | None = 30.0,
+    notifications: NotifySettings | None = None,
+    public_url: str = "http://127.0.0.1:8123",
+    deliver_concurrency: int = 16,
+    channels: Mapping[str, Channel] | None = None,
 ) -> FastAPI:
     """The service's ASGI app for ``agents`` (assistant id -> agent, each with its store).
 
@@ -59,6 +67,13 @@ def create_app(
     credential (a 429 beyond; :class:`~handrail.server.limits.RateLimit`); None, the
     default: no limit. Every ``sweep_every`` seconds it resolves the reviews of its agents
     that expired unanswered (SPEC rule 15, ``handrail.sweep``); None: never here.
+
+    Notifications (SPEC rule 17, ``docs/notifications.md``): the endpoints of
+    ``notifications`` (a policy file's ``[notifications]``) are kept with those added
+    over the API, and a deliverer sends to them, ``deliver_concurrency`` at a time (0:
+    none here; leave it to ``handrail deliver``), through ``channels`` (default: webhooks,
+    email, and Slack once set up). ``public_url`` is where reviewers reach this service:
+    the links in what is sent.
     """
     if sweep_every is not None and not sweep_every > 0:
         raise ValueError(f"sweep_every is a number of seconds above 0 (or None), got {sweep_every!r}")
@@ -72,6 +87,8 @@ def create_app(
     service.runs = registry
     service.worker = Worker(agents, concurrency=max(1, worker_concurrency), poll=worker_poll)
     service.runs_answers = worker_concurrency > 0
+    service.public_url = (notifications.public_url if notifications else None) or public_url
+    service.outbox = Outbox(db)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,7 +99,22 @@ def create_app(
                 await result
         service.live = LiveFeed(service)
         await service.live.start()
-        background = [asyncio.create_task(_trim(list(stores.values()), feed_retention))]
+        feed_store = service.live.store
+        if notifications is not None:
+            start = await feed_store.afeed_end()
+            await asyncio.to_thread(apply_settings, service.outbox, notifications, start, db)
+        background = [asyncio.create_task(_trim(list(stores.values()), feed_retention, service.outbox))]
+        if deliver_concurrency > 0:
+            found = channels if channels is not None else await asyncio.to_thread(default_channels, db)
+            service.deliverer = Deliverer(
+                service.outbox,
+                feed_store,
+                public_url=service.public_url,
+                channels=found,
+                concurrency=deliver_concurrency,
+            )
+            service.live.listeners.append(service.deliverer.wake)
+            background.append(asyncio.create_task(service.deliverer.run()))
         if worker_concurrency:
             background.append(asyncio.create_task(service.worker.run()))
         if sweep_every is not None:
@@ -116,6 +148,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(reviews.router)
     app.include_router(grants.router)
+    app.include_router(webhooks.router)
     app.include_router(events.router)
     pages.install(app)  # the web inbox, under /inbox
 
@@ -187,12 +220,19 @@ def _name_assistants(app: FastAPI, names: list[str]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-async def _trim(stores: list[Any], retention: float) -> None:
-    """Drop old feed notices once an hour (the first time at start)."""
+async def _trim(stores: list[Any], retention: float, outbox: Outbox) -> None:
+    """Drop old feed notices once an hour (the first time at start); never one that an
+    endpoint has not turned into a delivery yet (SPEC rule 17)."""
     while True:
         for store in stores:
             try:
-                await store.atrim_feed(time.time() - retention)
+                before = time.time() - retention
+                cursors = await asyncio.to_thread(outbox.cursors)
+                if cursors:
+                    first = await store.aread_feed(str(min(cursors.values())), limit=1)
+                    if first:
+                        before = min(before, first[0].created_at)
+                await store.atrim_feed(before)
             except NotImplementedError:
                 pass
             except Exception:

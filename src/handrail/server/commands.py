@@ -54,6 +54,18 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="the port (default: 8000; 0: any free port)")
     serve.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="where reviewers reach this service, for links in notifications (default: http://HOST:PORT)",
+    )
+    serve.add_argument(
+        "--deliver-concurrency",
+        type=_count,
+        default=16,
+        metavar="N",
+        help="notification deliveries attempted at once here (default: 16; 0: leave it to handrail deliver)",
+    )
+    serve.add_argument(
         "--concurrency",
         type=_count,
         default=8,
@@ -260,11 +272,23 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         raise CommandError("handrail serve needs the server extra: pip install 'handrail[server]'") from None
     import asyncio
 
+    from handrail.notify.config import check_url
+    from handrail.review.policy_file import load_policy_file
     from handrail.server.app import create_app
     from handrail.server.reload import PolicyReload
 
     code, agents, where = _agents(args, "serve")
     names = list(agents)
+    settings = load_policy_file(args.policy).notifications if args.policy is not None else None
+    try:
+        public_url = check_url(
+            args.public_url
+            or (settings.public_url if settings else None)
+            or f"http://{args.host}:{args.port}",
+            "--public-url",
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
     db = _server_db(args)
     app = create_app(
         agents,
@@ -272,9 +296,14 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         worker_concurrency=args.concurrency,
         rate_limit=args.rate_limit,
         sweep_every=args.sweep_every,
+        notifications=settings,
+        public_url=public_url,
+        deliver_concurrency=args.deliver_concurrency,
     )
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    reloading = PolicyReload(args.policy, code, console, app.state.service.use_agents)
+    reloading = PolicyReload(
+        args.policy, code, console, app.state.service.use_agents, notify=app.state.service
+    )
     reloading.arm()  # a SIGHUP before the loop runs waits for it (by default it would end the process)
 
     class Server(uvicorn.Server):

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -82,6 +82,7 @@ class LiveFeed:
         self._news = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
         self._stopping = False
+        self.listeners: list[Callable[[], None]] = []  # told when new notices were read (the deliverer)
 
     async def start(self) -> None:
         """Begin reading the feed from its end (called when the app starts)."""
@@ -120,6 +121,8 @@ class LiveFeed:
                 self.cursor = batch[-1].cursor
                 news, self._news = self._news, asyncio.Event()
                 news.set()
+                for listener in self.listeners:
+                    listener()
                 if len(batch) >= 500:  # more waiting: read on at once
                     continue
             # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose wait ends as the

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -67,12 +68,16 @@ class PolicyReload:
         agents: Mapping[str, Agent],
         console: Console,
         swap: Callable[[dict[str, Agent]], None],
+        *,
+        notify: Any = None,
     ) -> None:
         self.path = path
         self.agents = dict(agents)
         self.console = console
         self.swap = swap
+        self.notify = notify  # the Service whose notification endpoints the file's [notifications] sets
         self._early = False  # a SIGHUP came before the event loop handled them
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def arm(self) -> None:
         """Keep a SIGHUP that comes before :meth:`install` for the loop, rather than let it
@@ -100,7 +105,11 @@ class PolicyReload:
             self._say("SIGHUP: no policy file to reload (started without --policy); nothing changed")
             return False
         try:
-            self.swap(with_policy(self.path, self.agents))
+            agents = with_policy(self.path, self.agents)
+            settings = load_policy_file(self.path).notifications if self.notify is not None else None
+            self.swap(agents)
+            if self.notify is not None:
+                self._notifications(settings)
         except Exception as exc:  # a bad or unreadable file (or anything else): keep what is in force
             said = (
                 str(exc) if isinstance(exc, PolicyFileError) else f"{self.path}: {type(exc).__name__}: {exc}"
@@ -112,6 +121,28 @@ class PolicyReload:
             "under it; pending reviews keep the policy they were asked under"
         )
         return True
+
+    def _notifications(self, settings: Any) -> None:
+        """Put the file's endpoints in use (on the loop, soon after); a file without
+        [notifications] removes the file's endpoints."""
+        from handrail.notify.config import NotifySettings, apply_settings
+
+        service = self.notify
+
+        async def apply() -> None:
+            start = await service.live.store.afeed_end() if service.live is not None else None
+            await asyncio.to_thread(
+                apply_settings, service.outbox, settings or NotifySettings(), start, service.db
+            )
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(apply())
+            return
+        task = loop.create_task(apply())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _say(self, line: str) -> None:
         self.console.print(escape(" ".join(line.split())), soft_wrap=True)

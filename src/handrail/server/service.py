@@ -95,6 +95,9 @@ class Service:
     live: Any = None  # events.LiveFeed, set by create_app
     worker: Any = None  # handrail.worker.Worker, set by create_app
     runs_answers: bool = True  # whether this process runs queued threads (``--concurrency 0``: no)
+    outbox: Any = None  # handrail.notify.outbox.Outbox, set by create_app
+    deliverer: Any = None  # handrail.notify.deliverer.Deliverer when this process delivers
+    public_url: str = ""  # where reviewers reach this service (links in notifications)
 
     def __post_init__(self) -> None:
         if not self.agents:

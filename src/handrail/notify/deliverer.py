@@ -1,0 +1,248 @@
+"""The deliverer: turns the feed into deliveries and sends them (inside ``handrail serve``,
+or as ``handrail deliver``; many may run against one database).
+
+One loop, in each process:
+
+1. **Expand**: read the store's feed after the lowest endpoint cursor, and record a
+   delivery for each notice each endpoint takes (``Outbox.expand``; idempotent).
+2. **Claim** up to as many due deliveries as there are free places (``concurrency``),
+   each for a lease, and send each in a task of its own: a receiver that hangs holds
+   its place until the channel's timeout, never the loop, the other deliveries or the
+   service's answers (the service runs this loop as a background task and its database
+   calls in threads).
+3. **Finish**: record how each attempt went; a failed one is due again after a backoff.
+
+It sleeps ``poll`` seconds between rounds with nothing to do, and less when woken
+(:meth:`Deliverer.wake`: the service wakes it when it records an answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from handrail.checkpoint.base import BaseCheckpointSaver
+from handrail.errors import SerializationError
+from handrail.notify.channels import Channel, Delivery, Endpoint, Sent
+from handrail.notify.events import TEST_EVENT, Event, event_of
+from handrail.notify.outbox import LEASE, RETRY_FOR, Outbox
+from handrail.server.db import ServerDB
+
+__all__ = ["Deliverer", "default_channels"]
+
+log = logging.getLogger("handrail.notify")
+
+_FEED_BATCH = 500  # notices read at once while expanding
+
+
+def default_channels(db: ServerDB, *, slack_api_url: str | None = None) -> dict[str, Channel]:
+    """The channels of every kind: webhooks; Slack when a bot token is set up
+    (``handrail slack setup``); email (its settings come with each endpoint)."""
+    from handrail.notify.email import EmailChannel
+    from handrail.notify.webhooks import WebhookChannel
+
+    channels: dict[str, Channel] = {"webhook": WebhookChannel(), "email": EmailChannel(db)}
+    try:
+        from handrail.notify.slack import SlackChannel
+    except ImportError:  # the slack extra is not installed
+        return channels
+    slack = SlackChannel.from_db(db, base_url=slack_api_url)
+    if slack is not None:
+        channels["slack"] = slack
+    return channels
+
+
+class Deliverer:
+    """Delivers the outbox of ``store``'s feed to the endpoints of ``outbox`` (``store``
+    None: it only sends deliveries already made).
+
+    Example::
+
+        db = ServerDB.open(db_path="handrail.db")
+        deliverer = Deliverer(Outbox(db), store, public_url="https://handrail.example.com",
+                              channels=default_channels(db))
+        await deliverer.run()            # until cancelled; or: await deliverer.run_once()
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        store: BaseCheckpointSaver | None,
+        *,
+        public_url: str,
+        channels: Mapping[str, Channel],
+        concurrency: int = 16,
+        poll: float = 0.5,
+        retry_for: float = RETRY_FOR,
+        backoff_base: float = 2.0,
+        lease: float = LEASE,
+    ) -> None:
+        self.outbox = outbox
+        self.store = store
+        self.public_url = public_url
+        self.channels = dict(channels)
+        self.concurrency = max(int(concurrency), 1)
+        self.poll = poll
+        self.retry_for = retry_for
+        self.backoff_base = backoff_base
+        self.lease = lease
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._woken = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look for work now rather than at the next poll."""
+        self._woken.set()
+
+    # One round --------------------------------------------------------------------------
+    async def expand(self) -> int:
+        """Record deliveries for the feed's new notices; how many were new."""
+        if self.store is None:  # a deliverer that only sends (``handrail webhooks test``)
+            return 0
+        cursors = await asyncio.to_thread(self.outbox.cursors)
+        if not cursors:
+            return 0
+        endpoints = {e.id: e for e in await asyncio.to_thread(self.outbox.endpoints)}
+        added = 0
+        position = min(cursors.values())
+        while True:
+            entries = await self.store.aread_feed(str(position), limit=_FEED_BATCH)
+            if not entries:
+                return added
+            made: list[tuple[int, Event]] = []
+            for entry in entries:
+                event = self._event(entry)
+                if event is not None:
+                    made.append((int(entry.cursor), event))
+            last = int(entries[-1].cursor)
+            for endpoint_id, cursor in cursors.items():
+                endpoint = endpoints.get(endpoint_id)
+                if endpoint is None or cursor >= last:
+                    continue
+                mine = [(c, e) for c, e in made if c > cursor and e.type in endpoint.events]
+                added += await asyncio.to_thread(self.outbox.expand, endpoint_id, mine, last)
+                cursors[endpoint_id] = last
+            if len(entries) < _FEED_BATCH:
+                return added
+            position = last
+
+    def _event(self, entry: Any) -> Event | None:
+        try:
+            return event_of(entry, self.public_url)
+        except SerializationError as exc:  # a damaged notice: said once, never sent
+            log.error("the feed's notice %s cannot be read, so it is not delivered: %s", entry.cursor, exc)
+            return None
+
+    async def start_due(self) -> int:
+        """Claim due deliveries for the free places and start sending them; how many."""
+        free = self.concurrency - len(self._inflight)
+        if free <= 0:
+            return 0
+        claimed = await asyncio.to_thread(self.outbox.claim, self.owner, limit=free, lease=self.lease)
+        if not claimed:
+            return 0
+        endpoints = {e.id: e for e in await asyncio.to_thread(self.outbox.endpoints)}
+        for delivery in claimed:
+            task = asyncio.create_task(self._attempt(endpoints.get(delivery.endpoint_id), delivery))
+            self._inflight.add(task)
+            task.add_done_callback(self._done)
+        return len(claimed)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._woken.set()  # a place is free
+
+    async def _attempt(self, endpoint: Endpoint | None, delivery: Delivery) -> None:
+        sent = await self._send(endpoint, delivery)
+        try:
+            status = await asyncio.to_thread(
+                self.outbox.finish,
+                delivery,
+                self.owner,
+                sent,
+                retry_for=self.retry_for,
+                base=self.backoff_base,
+            )
+        except Exception:  # the lease runs out and another deliverer tries again
+            log.exception("could not record the attempt of delivery %s", delivery.id)
+            return
+        if status == "failed":
+            log.warning(
+                "delivery %s to %s failed for good: %s", delivery.id, delivery.endpoint_id, sent.error
+            )
+
+    async def _send(self, endpoint: Endpoint | None, delivery: Delivery) -> Sent:
+        if endpoint is None:
+            return Sent(False, error="the endpoint was removed", retry=False)
+        channel = self.channels.get(endpoint.kind)
+        if channel is None:
+            hint = " (run handrail slack setup)" if endpoint.kind == "slack" else ""
+            return Sent(False, error=f"no {endpoint.kind} channel is set up here{hint}")
+        try:
+            return await channel.send(endpoint, delivery, self.outbox)
+        except Exception as exc:  # a channel's defect is a failed attempt, retried like any
+            log.exception("the %s channel failed on delivery %s", endpoint.kind, delivery.id)
+            return Sent(False, error=f"{type(exc).__name__}: {exc}")
+
+    async def attempt(self, delivery_id: str) -> Delivery | None:
+        """Attempt one due delivery now and wait for it (``handrail webhooks test``); the
+        delivery as it then stands, or None when it was not due (or is another's)."""
+        claimed = await asyncio.to_thread(
+            self.outbox.claim, self.owner, limit=1, lease=self.lease, only=delivery_id
+        )
+        if not claimed:
+            return None
+        endpoint = await asyncio.to_thread(self.outbox.endpoint, claimed[0].endpoint_id)
+        await self._attempt(endpoint, claimed[0])
+        return await asyncio.to_thread(self.outbox.delivery, delivery_id)
+
+    async def run_once(self) -> tuple[int, int]:
+        """One round: expand, then start what is due. (new deliveries, attempts started)"""
+        return await self.expand(), await self.start_due()
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait until the attempts in flight are finished (for tests and a clean stop)."""
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=timeout)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Deliver until cancelled (or ``stop`` is set); a failed round is logged and the
+        next one tries again."""
+        try:
+            while stop is None or not stop.is_set():
+                self._woken.clear()
+                busy = False
+                try:
+                    added, started = await self.run_once()
+                    busy = bool(added or started)
+                except Exception:
+                    log.exception("a delivery round failed; the next one tries again")
+                if not busy:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._woken.wait(), self.poll)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop the attempts in flight (their leases run out; another deliverer retries) and
+        close the channels."""
+        for task in list(self._inflight):
+            task.cancel()
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        for channel in self.channels.values():
+            closing = getattr(channel, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing()
+
+
+def is_test(delivery: Delivery) -> bool:
+    """Whether ``delivery`` is the one-off of ``handrail webhooks test``."""
+    return delivery.event == TEST_EVENT

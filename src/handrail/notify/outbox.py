@@ -1,0 +1,431 @@
+"""The outbox: the store's feed plus a delivery state per endpoint (SPEC rule 17).
+
+The rules this module keeps:
+
+- **Nothing is lost.** The feed's notices are written in the same transaction as the
+  events that cause them (the store does that). Each endpoint keeps a cursor into the
+  feed: the notices after it are still to be turned into deliveries. Turning them
+  (:meth:`Outbox.expand`) first inserts the deliveries, then moves the cursor; a
+  process killed between the two inserts them again next time, and the second insert
+  of a delivery is ignored (its id is a digest of endpoint, notice and event, and ids
+  are unique). So every event reaches a delivery row at least once, and only once.
+  The service does not trim notices an endpoint has not turned yet.
+- **One attempt at a time.** A deliverer claims due deliveries in one statement
+  (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's one writer), for a lease of
+  :data:`LEASE` seconds, and counts the attempt as it claims. Many deliverers may run:
+  a delivery is attempted by one of them at a time, and by another only once the lease
+  of one that died ran out (at least once; the same ``webhook-id``).
+- **Bounded retries.** A failed attempt is tried again after an exponential backoff with
+  jitter (:func:`backoff`), until ``retry_for`` seconds after the delivery was made (or
+  last retried by hand); then it is ``failed``. :meth:`Outbox.retry` sends a failed one
+  again, with the same id.
+- A removed endpoint receives nothing more; its deliveries stay in the log.
+
+Tables (the service's own, beside its tokens: ``handrail.server.db``):
+``handrail_server_endpoints`` and ``handrail_server_deliveries``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from handrail.notify.channels import CHANNEL_KINDS, Delivery, Endpoint, Sent
+from handrail.notify.events import Event
+from handrail.server.db import ServerDB
+
+__all__ = ["LEASE", "RETRY_FOR", "Outbox", "backoff"]
+
+LEASE = 60.0
+"""Seconds a deliverer holds a claimed delivery before another may attempt it."""
+
+RETRY_FOR = 24 * 3600.0
+"""Seconds a delivery is retried before it is marked failed (the default)."""
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS handrail_server_endpoints (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        target TEXT NOT NULL,
+        events TEXT NOT NULL,
+        secrets TEXT NOT NULL,
+        options TEXT NOT NULL,
+        source TEXT NOT NULL,
+        feed_cursor BIGINT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        removed_at DOUBLE PRECISION
+    )""",
+    """CREATE TABLE IF NOT EXISTS handrail_server_deliveries (
+        id TEXT PRIMARY KEY,
+        endpoint_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        interrupt_id TEXT,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        window_from DOUBLE PRECISION NOT NULL,
+        due_at DOUBLE PRECISION NOT NULL,
+        claimed_by TEXT,
+        last_error TEXT,
+        response_code INTEGER,
+        delivered_at DOUBLE PRECISION,
+        receipt TEXT
+    )""",
+    """CREATE INDEX IF NOT EXISTS handrail_server_deliveries_due
+        ON handrail_server_deliveries (status, due_at)""",
+    """CREATE INDEX IF NOT EXISTS handrail_server_deliveries_by_endpoint
+        ON handrail_server_deliveries (endpoint_id, created_at)""",
+    """CREATE INDEX IF NOT EXISTS handrail_server_deliveries_by_review
+        ON handrail_server_deliveries (endpoint_id, interrupt_id)""",
+)
+_ENDPOINT_COLUMNS = "id, kind, target, events, secrets, options, source, created_at"
+_DELIVERY_COLUMNS = (
+    "id, endpoint_id, event, thread_id, interrupt_id, body, status, attempts, created_at, due_at, "
+    "last_error, response_code, delivered_at, receipt"
+)
+_ERROR_CHARS = 500  # the longest last_error kept
+
+
+def backoff(
+    attempts: int, *, base: float = 2.0, cap: float = 3600.0, rng: random.Random | None = None
+) -> float:
+    """Seconds to wait after the ``attempts``-th failed attempt: ``base`` doubled each time,
+    at most ``cap``, with half of it random (so many failed deliveries do not all come back
+    at once)."""
+    delay = min(cap, base * 2.0 ** max(attempts - 1, 0))
+    return delay / 2 + (rng or random).uniform(0, delay / 2)
+
+
+def message_id(endpoint_id: str, cursor: int, event: str) -> str:
+    """The id of the delivery of the notice at ``cursor`` as ``event`` to ``endpoint_id``:
+    the same each time it is computed, so a second insert is ignored."""
+    digest = hashlib.sha256(f"{endpoint_id}\x00{cursor}\x00{event}".encode()).hexdigest()
+    return f"msg_{digest[:32]}"
+
+
+class Outbox:
+    """Endpoints and their deliveries, in the service's tables.
+
+    Example::
+
+        outbox = Outbox(ServerDB.open(db_path="handrail.db"))
+        endpoint = outbox.add_endpoint("webhook", "https://example.com/hook",
+                                       ["review.requested"], start_after=store.feed_end())
+        outbox.deliveries(endpoint.id)     # the delivery log, newest first
+    """
+
+    def __init__(self, db: ServerDB) -> None:
+        self.db = db
+        for statement in _SCHEMA:
+            db.execute(statement)
+        self._postgres = db._postgres
+
+    # Endpoints ---------------------------------------------------------------------------
+    def add_endpoint(
+        self,
+        kind: str,
+        target: str,
+        events: Sequence[str],
+        *,
+        start_after: str | None,
+        secret: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        source: str = "api",
+    ) -> Endpoint:
+        """Add an endpoint that receives ``events`` from the notice after ``start_after``
+        (the feed's end now: ``store.feed_end()``) on. A webhook gets a new secret unless
+        ``secret`` is given. ``id`` and ``source="file"``: an endpoint of a policy file,
+        replaced in place when the file changes (its cursor stays)."""
+        if kind not in CHANNEL_KINDS:
+            raise ValueError(f"unknown kind of endpoint {kind!r}; the kinds are {', '.join(CHANNEL_KINDS)}")
+        now = time.time()
+        key = id or f"ep_{secrets.token_hex(8)}"
+        if kind == "webhook" and secret is None:
+            secret = new_secret()
+        kept = [[secret, None]] if secret else []
+        row = (key, kind, target, _json(list(events)), _json(kept), _json(dict(options or {})), source)
+        cursor = int(start_after) if start_after is not None else 0
+        if id is not None:
+            changed = self.db.execute(
+                "UPDATE handrail_server_endpoints SET kind = ?, target = ?, events = ?, secrets = ?, "
+                "options = ?, source = ?, removed_at = NULL WHERE id = ?",
+                (*row[1:], key),
+            )
+            if changed:
+                found = self.endpoint(key)
+                assert found is not None
+                return found
+        self.db.execute(
+            f"INSERT INTO handrail_server_endpoints ({_ENDPOINT_COLUMNS}, feed_cursor) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*row, now, cursor),
+        )
+        made = self.endpoint(key)
+        assert made is not None
+        return made
+
+    def endpoints(self, *, kind: str | None = None) -> list[Endpoint]:
+        """The endpoints in use (not removed), oldest first."""
+        rows = self.db.query(
+            f"SELECT {_ENDPOINT_COLUMNS} FROM handrail_server_endpoints WHERE removed_at IS NULL "
+            "ORDER BY created_at, id"
+        )
+        found = [_endpoint(row) for row in rows]
+        return [e for e in found if kind is None or e.kind == kind]
+
+    def endpoint(self, endpoint_id: str) -> Endpoint | None:
+        """The endpoint ``endpoint_id`` if it is in use."""
+        rows = self.db.query(
+            f"SELECT {_ENDPOINT_COLUMNS} FROM handrail_server_endpoints WHERE id = ? AND removed_at IS NULL",
+            (endpoint_id,),
+        )
+        return _endpoint(rows[0]) if rows else None
+
+    def remove_endpoint(self, endpoint_id: str) -> bool:
+        """Stop sending to ``endpoint_id`` (its delivery log stays); whether it was in use."""
+        return bool(
+            self.db.execute(
+                "UPDATE handrail_server_endpoints SET removed_at = ? WHERE id = ? AND removed_at IS NULL",
+                (time.time(), endpoint_id),
+            )
+        )
+
+    def keep_file_endpoints(self, ids: Iterable[str]) -> list[str]:
+        """Remove the policy file's endpoints that are not in ``ids`` (the file changed); which."""
+        keep = set(ids)
+        gone = [e.id for e in self.endpoints() if e.source == "file" and e.id not in keep]
+        for endpoint_id in gone:
+            self.remove_endpoint(endpoint_id)
+        return gone
+
+    def rotate_secret(self, endpoint_id: str, *, keep_old_for: float, secret: str | None = None) -> Endpoint:
+        """Give a webhook endpoint a new secret; the old ones still sign for ``keep_old_for``
+        seconds (both signatures are sent meanwhile), so receivers can switch."""
+        endpoint = self.endpoint(endpoint_id)
+        if endpoint is None:
+            raise KeyError(endpoint_id)
+        now = time.time()
+        retire = now + max(keep_old_for, 0.0)
+        # every older secret retires by then at the latest (one that retires sooner keeps its time)
+        kept = [[s, retire if r is None else min(r, retire)] for s, r in endpoint.secrets]
+        kept = [[s, r] for s, r in kept if r > now]
+        fresh = secret or new_secret()
+        self.db.execute(
+            "UPDATE handrail_server_endpoints SET secrets = ? WHERE id = ?",
+            (_json([[fresh, None], *kept]), endpoint_id),
+        )
+        found = self.endpoint(endpoint_id)
+        assert found is not None
+        return found
+
+    def cursors(self) -> dict[str, int]:
+        """Each endpoint in use's cursor: the feed's notices after it are still to expand."""
+        rows = self.db.query("SELECT id, feed_cursor FROM handrail_server_endpoints WHERE removed_at IS NULL")
+        return {str(row[0]): int(row[1]) for row in rows}
+
+    # Deliveries --------------------------------------------------------------------------
+    def expand(self, endpoint_id: str, made: Sequence[tuple[int, Event]], up_to: int) -> int:
+        """Record a delivery for each ``(cursor, event)`` to ``endpoint_id``, then move its
+        cursor to ``up_to`` (never back). Returns how many deliveries were new."""
+        now = time.time()
+        added = 0
+        for cursor, event in made:
+            added += self.db.execute(
+                f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
+                "VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?) "
+                "ON CONFLICT (id) DO NOTHING",
+                (
+                    message_id(endpoint_id, cursor, event.type),
+                    endpoint_id,
+                    event.type,
+                    event.thread_id,
+                    event.interrupt_id,
+                    event.body.decode(),
+                    now,
+                    now,
+                    now,
+                ),
+            )
+        self.db.execute(
+            "UPDATE handrail_server_endpoints SET feed_cursor = ? WHERE id = ? AND feed_cursor < ?",
+            (up_to, endpoint_id, up_to),
+        )
+        return added
+
+    def add_test(self, endpoint_id: str, event: Event) -> Delivery:
+        """Queue a one-off delivery of ``event`` (``handrail webhooks test``) to ``endpoint_id``."""
+        now = time.time()
+        key = f"msg_{secrets.token_hex(16)}"
+        self.db.execute(
+            f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
+            "VALUES (?, ?, ?, ?, NULL, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?)",
+            (key, endpoint_id, event.type, event.thread_id, event.body.decode(), now, now, now),
+        )
+        found = self.delivery(key)
+        assert found is not None
+        return found
+
+    def claim(
+        self, owner: str, *, limit: int = 20, lease: float = LEASE, only: str | None = None
+    ) -> list[Delivery]:
+        """Claim up to ``limit`` due deliveries of endpoints in use for ``owner``, counting
+        the attempt; each is this owner's for ``lease`` seconds. ``only``: that delivery,
+        if it is due."""
+        now = time.time()
+        picked = " AND d.id = ?" if only is not None else ""
+        # a read first: a round with nothing due writes nothing (SQLite has one writer)
+        if not self.db.query(
+            "SELECT 1 FROM handrail_server_deliveries WHERE status = 'pending' AND due_at <= ? LIMIT 1",
+            (now,),
+        ):
+            return []
+        lock = " FOR UPDATE OF d SKIP LOCKED" if self._postgres else ""
+        # a claimed delivery is due again when its lease runs out: if its deliverer dies, the
+        # next claim after that takes it (the same id: at least once)
+        rows = self.db.query(
+            "UPDATE handrail_server_deliveries SET claimed_by = ?, due_at = ?, attempts = attempts + 1 "
+            "WHERE id IN (SELECT d.id FROM handrail_server_deliveries AS d "
+            "JOIN handrail_server_endpoints AS e ON e.id = d.endpoint_id AND e.removed_at IS NULL "
+            f"WHERE d.status = 'pending' AND d.due_at <= ?{picked} "
+            f"ORDER BY d.due_at, d.created_at LIMIT ?{lock}) RETURNING {_DELIVERY_COLUMNS}",
+            (owner, now + lease, now, *((only,) if only is not None else ()), max(int(limit), 0)),
+        )
+        return sorted((_delivery(row) for row in rows), key=lambda d: (d.due_at, d.created_at))
+
+    def finish(
+        self, delivery: Delivery, owner: str, sent: Sent, *, retry_for: float = RETRY_FOR, base: float = 2.0
+    ) -> str:
+        """Record how ``owner``'s attempt of ``delivery`` went; the status it is left in:
+        ``delivered``, ``pending`` (due again after :func:`backoff`) or ``failed`` (the
+        retry time ran out, or ``sent.retry`` is False)."""
+        now = time.time()
+        error = (sent.error or "")[:_ERROR_CHARS] or None
+        receipt = _json(dict(sent.receipt)) if sent.receipt is not None else None
+        if sent.ok:
+            status, due = "delivered", now
+        else:
+            (window,) = self.db.query(
+                "SELECT window_from FROM handrail_server_deliveries WHERE id = ?", (delivery.id,)
+            )[0]
+            due = now + backoff(delivery.attempts, base=base)
+            status = "pending" if sent.retry and due <= float(window) + retry_for else "failed"
+        self.db.execute(
+            "UPDATE handrail_server_deliveries SET status = ?, due_at = ?, claimed_by = NULL, "
+            "last_error = ?, response_code = ?, delivered_at = ?, receipt = COALESCE(?, receipt) "
+            "WHERE id = ? AND claimed_by = ? AND status = 'pending'",
+            (status, due, error, sent.code, now if sent.ok else None, receipt, delivery.id, owner),
+        )
+        return status
+
+    def retry(self, delivery_id: str) -> Delivery:
+        """Send a failed delivery again, with the same id: due now, retried for another
+        ``retry_for``. ``KeyError`` when there is no such delivery; ``ValueError`` when it
+        is not failed."""
+        found = self.delivery(delivery_id)
+        if found is None:
+            raise KeyError(delivery_id)
+        if found.status != "failed":
+            raise ValueError(
+                f"delivery {delivery_id} is {found.status}; only a failed delivery is retried by hand"
+            )
+        now = time.time()
+        self.db.execute(
+            "UPDATE handrail_server_deliveries SET status = 'pending', due_at = ?, window_from = ? "
+            "WHERE id = ? AND status = 'failed'",
+            (now, now, delivery_id),
+        )
+        again = self.delivery(delivery_id)
+        assert again is not None
+        return again
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        """One delivery by its id."""
+        rows = self.db.query(
+            f"SELECT {_DELIVERY_COLUMNS} FROM handrail_server_deliveries WHERE id = ?", (delivery_id,)
+        )
+        return _delivery(rows[0]) if rows else None
+
+    def deliveries(
+        self, endpoint_id: str | None = None, *, status: str | None = None, limit: int = 50
+    ) -> list[Delivery]:
+        """The delivery log, newest first: of one endpoint or all, of one status or any."""
+        where, params = ["1 = 1"], []
+        if endpoint_id is not None:
+            where.append("endpoint_id = ?")
+            params.append(endpoint_id)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        rows = self.db.query(
+            f"SELECT {_DELIVERY_COLUMNS} FROM handrail_server_deliveries WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, id LIMIT ?",
+            (*params, max(int(limit), 0)),
+        )
+        return [_delivery(row) for row in rows]
+
+    def receipt(self, endpoint_id: str, interrupt_id: str, event: str) -> Mapping[str, Any] | None:
+        """The receipt of the delivered ``event`` about ``interrupt_id`` to ``endpoint_id``."""
+        rows = self.db.query(
+            "SELECT receipt FROM handrail_server_deliveries WHERE endpoint_id = ? AND interrupt_id = ? "
+            "AND event = ? AND receipt IS NOT NULL ORDER BY created_at LIMIT 1",
+            (endpoint_id, interrupt_id, event),
+        )
+        if not rows:
+            return None
+        found = orjson.loads(rows[0][0])
+        return found if isinstance(found, dict) else None
+
+
+def new_secret() -> str:
+    """A new signing secret: ``whsec_`` and 32 random bytes in base64 (Standard Webhooks)."""
+    import base64
+
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _endpoint(row: Sequence[Any]) -> Endpoint:
+    key, kind, target, events, kept, options, source, created_at = row
+    return Endpoint(
+        str(key),
+        str(kind),
+        str(target),
+        tuple(orjson.loads(events)),
+        tuple((str(s), None if r is None else float(r)) for s, r in orjson.loads(kept)),
+        orjson.loads(options),
+        str(source),
+        float(created_at),
+    )
+
+
+def _delivery(row: Sequence[Any]) -> Delivery:
+    key, endpoint_id, event, thread_id, interrupt_id, body, status, attempts = row[:8]
+    created_at, due_at, error, code, delivered_at, receipt = row[8:]
+    return Delivery(
+        str(key),
+        str(endpoint_id),
+        str(event),
+        str(thread_id),
+        None if interrupt_id is None else str(interrupt_id),
+        str(body).encode(),
+        str(status),
+        int(attempts),
+        float(created_at),
+        float(due_at),
+        error,
+        None if code is None else int(code),
+        None if delivered_at is None else float(delivered_at),
+        orjson.loads(receipt) if receipt else None,
+    )
