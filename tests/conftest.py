@@ -97,6 +97,7 @@ SLOW_MODULES = frozenset(
         "tests/server/web/test_reviewer_day.py",
         "tests/server/test_workers.py",
         "tests/server/test_live_inbox.py",
+        "tests/server/test_webhooks_processes.py",
         "tests/stores/test_processes.py",
         "tests/stores/test_fault_injection.py",
         "tests/stores/test_sqlite_damaged_columns.py",

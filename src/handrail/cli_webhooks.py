@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column, time_column
+from handrail._review_display import clock, id_column, text_column
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -208,29 +208,20 @@ def _test(
 
 
 def _log(deliveries: list[Any], console: Console) -> int:
-    table = Table(
-        id_column("delivery"),
-        id_column("endpoint"),
-        id_column("event"),
-        id_column("status"),
-        id_column("tries"),
-        id_column("code"),
-        time_column("made (UTC)"),
-        text_column("last error / thread"),
-    )
+    # one delivery a line (ids are never cut), its error or thread on the next
     for d in deliveries:
-        note = d.last_error or (d.thread_id and f"thread {d.thread_id}") or ""
-        table.add_row(
-            d.id,
-            d.endpoint_id,
-            d.event,
-            d.status,
-            str(d.attempts),
-            "" if d.response_code is None else str(d.response_code),
-            clock(d.created_at, seconds=True),
-            escape(note),
+        tries = f"{d.attempts} attempt{'s' if d.attempts != 1 else ''}"
+        code = f", HTTP {d.response_code}" if d.response_code is not None else ""
+        made = clock(d.created_at, seconds=True)
+        console.print(
+            f"{d.id}  {d.event} -> {d.endpoint_id}  {d.status} ({tries}{code})  {made}",
+            soft_wrap=True,
+            highlight=False,
         )
-    console.print(table)
+        if d.last_error and d.status != "delivered":
+            console.print(f"    last error: {escape(d.last_error)}", soft_wrap=True, highlight=False)
+        elif d.thread_id:
+            console.print(f"    thread {escape(d.thread_id)}", soft_wrap=True, highlight=False)
     if not deliveries:
         console.print("No deliveries yet.")
     return 0
