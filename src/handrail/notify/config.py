@@ -67,7 +67,7 @@ _EMAIL = frozenset(
 )
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _T = TypeVar("_T")
-_ADDRESS = re.compile(r"^[^@\s<>\"]+@[^@\s<>\"]+$")
+_ADDRESS = re.compile(r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")  # plain ASCII
 
 
 class NotifyConfigError(ValueError):
@@ -157,7 +157,7 @@ def _email(table: Any, where: tuple[str, ...]) -> Endpoint:
         raise NotifyConfigError((*where, "port"), "must be a port number (1-65535)")
     options["port"] = port
     sender = table.get("from")
-    if not isinstance(sender, str) or not _ADDRESS.match(sender):
+    if not isinstance(sender, str) or not _ADDRESS.fullmatch(sender):
         raise NotifyConfigError(
             (*where, "from"), 'must be the sender\'s address, e.g. "handrail@example.com"'
         )
@@ -189,7 +189,7 @@ def _email(table: Any, where: tuple[str, ...]) -> Endpoint:
     if not isinstance(addresses, dict):
         raise NotifyConfigError((*where, "addresses"), 'must be a table of identity = "address"')
     for identity, address in addresses.items():
-        if not isinstance(address, str) or not _ADDRESS.match(address):
+        if not isinstance(address, str) or not _ADDRESS.fullmatch(address):
             raise NotifyConfigError((*where, "addresses", identity), "must be a mail address")
     options["addresses"] = dict(addresses)
     return Endpoint("file:email", "email", "", _events(table, where), (), options, "file")

@@ -216,8 +216,8 @@ class Outbox:
         now = time.time()
         retire = now + max(keep_old_for, 0.0)
         # every older secret retires by then at the latest (one that retires sooner keeps its time)
-        kept = [[s, retire if r is None else min(r, retire)] for s, r in endpoint.secrets]
-        kept = [[s, r] for s, r in kept if r > now]
+        retiring = [(s, retire if r is None else min(r, retire)) for s, r in endpoint.secrets]
+        kept = [[s, r] for s, r in retiring if r > now]
         fresh = secret or new_secret()
         self.db.execute(
             "UPDATE handrail_server_endpoints SET secrets = ? WHERE id = ?",

@@ -4,6 +4,7 @@ One module per concern: ``signin`` (tokens, one-time links, sessions), ``inbox``
 list, live rows), ``review`` (one review, its form, what became of it), ``bulk``,
 ``thread`` (conversation and audit trail), ``raw`` (the whole of a folded value),
 ``grants_page`` (the grants a reviewer may see and revoke: SPEC rule 16);
+``deliveries`` (the notification endpoints and their delivery log, for admins: rule 17);
 ``render`` makes every page (templates,
 headers, CSRF, errors), ``forms`` builds edit forms from a tool's JSON schema and reads
 them back typed, ``shape`` reads what a review asks, ``lookup`` where it stands,
@@ -19,7 +20,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
-from handrail.server.pages import bulk, grants_page, inbox, raw, review, signin, thread
+from handrail.server.pages import bulk, deliveries, grants_page, inbox, raw, review, signin, thread
 from handrail.server.pages.errors import HtmlErrors
 from handrail.server.pages.render import STATIC, StaticFiles, error_page, html, session_visitor
 
@@ -38,7 +39,7 @@ async def not_found(request: Request, rest: str) -> Response:
 def install(app: FastAPI) -> None:
     """Serve the web inbox from ``app``: its pages, its static files, its fallback page."""
     app.mount("/inbox/static", StaticFiles(directory=STATIC), name="inbox-static")
-    for module in (signin, inbox, review, bulk, thread, raw, grants_page):
+    for module in (signin, inbox, review, bulk, thread, raw, grants_page, deliveries):
         app.include_router(module.router)
     app.include_router(_fallback)
     # Errors answered before a page's route runs (413, 429) are pages too: add
