@@ -114,6 +114,7 @@ def run(args: argparse.Namespace, console: Console, failure: type[Exception]) ->
 def _webhooks(args: argparse.Namespace, outbox: Any, console: Console, failure: type[Exception]) -> int:
     from handrail.notify.config import check_url
     from handrail.notify.events import check_event_types
+    from handrail.notify.outbox import NotFailedError
     from handrail.notify.webhooks import check_secret
 
     action = args.webhooks_command
@@ -143,7 +144,7 @@ def _webhooks(args: argparse.Namespace, outbox: Any, console: Console, failure: 
             again = outbox.retry(args.delivery_id)
         except KeyError:
             raise failure(f"no delivery {args.delivery_id!r} (see 'handrail webhooks deliveries')") from None
-        except ValueError as exc:
+        except NotFailedError as exc:
             raise failure(str(exc)) from None
         console.print(f"Delivery {again.id} will be sent again by the next deliverer round.")
         return 0

@@ -77,6 +77,7 @@ class Delivery:
     response_code: int | None = None
     delivered_at: float | None = None
     receipt: Mapping[str, Any] | None = None
+    window_from: float = 0.0  # when its retry time started: made, or last retried by hand
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ One loop, in each process:
    its place until the channel's timeout, never the loop, the other deliveries or the
    service's answers (the service runs this loop as a background task and its database
    calls in threads).
-3. **Finish**: record how each attempt went; a failed one is due again after a backoff.
+3. **Record** how each attempt went, the round's together in one transaction; a failed
+   one is due again after a backoff.
 
 It sleeps ``poll`` seconds between rounds with nothing to do, and less when woken
 (:meth:`Deliverer.wake`: the service wakes it when it records an answer).
@@ -94,6 +95,7 @@ class Deliverer:
         self.lease = lease
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._inflight: set[asyncio.Task[None]] = set()
+        self._results: list[tuple[Delivery, Sent]] = []  # finished attempts not recorded yet
         self._woken = asyncio.Event()
 
     def wake(self) -> None:
@@ -121,13 +123,18 @@ class Deliverer:
                 if event is not None:
                     made.append((int(entry.cursor), event))
             last = int(entries[-1].cursor)
+            turned: dict[str, tuple[list[tuple[int, Event]], int]] = {}
             for endpoint_id, cursor in cursors.items():
                 endpoint = endpoints.get(endpoint_id)
                 if endpoint is None or cursor >= last:
                     continue
-                mine = [(c, e) for c, e in made if c > cursor and e.type in endpoint.events]
-                added += await asyncio.to_thread(self.outbox.expand, endpoint_id, mine, last)
+                turned[endpoint_id] = (
+                    [(c, e) for c, e in made if c > cursor and e.type in endpoint.events],
+                    last,
+                )
                 cursors[endpoint_id] = last
+            if turned:
+                added += await asyncio.to_thread(self.outbox.expand, turned)
             if len(entries) < _FEED_BATCH:
                 return added
             position = last
@@ -159,23 +166,27 @@ class Deliverer:
         self._woken.set()  # a place is free
 
     async def _attempt(self, endpoint: Endpoint | None, delivery: Delivery) -> None:
-        sent = await self._send(endpoint, delivery)
+        # recorded with the round's other attempts, in one transaction (:meth:`record`)
+        self._results.append((delivery, await self._send(endpoint, delivery)))
+
+    async def record(self) -> int:
+        """Record the attempts finished since the last call, in one transaction; how many."""
+        results, self._results = self._results, []
+        if not results:
+            return 0
         try:
-            status = await asyncio.to_thread(
-                self.outbox.finish,
-                delivery,
-                self.owner,
-                sent,
-                retry_for=self.retry_for,
-                base=self.backoff_base,
+            statuses = await asyncio.to_thread(
+                self.outbox.finish, results, self.owner, retry_for=self.retry_for, base=self.backoff_base
             )
-        except Exception:  # the lease runs out and another deliverer tries again
-            log.exception("could not record the attempt of delivery %s", delivery.id)
-            return
-        if status == "failed":
-            log.warning(
-                "delivery %s to %s failed for good: %s", delivery.id, delivery.endpoint_id, sent.error
-            )
+        except Exception:  # their leases run out and a deliverer tries them again
+            log.exception("could not record %d delivery attempts", len(results))
+            return 0
+        for (delivery, sent), status in zip(results, statuses, strict=True):
+            if status == "failed":
+                log.warning(
+                    "delivery %s to %s failed for good: %s", delivery.id, delivery.endpoint_id, sent.error
+                )
+        return len(results)
 
     async def _send(self, endpoint: Endpoint | None, delivery: Delivery) -> Sent:
         if endpoint is None:
@@ -200,16 +211,20 @@ class Deliverer:
             return None
         endpoint = await asyncio.to_thread(self.outbox.endpoint, claimed[0].endpoint_id)
         await self._attempt(endpoint, claimed[0])
+        await self.record()
         return await asyncio.to_thread(self.outbox.delivery, delivery_id)
 
     async def run_once(self) -> tuple[int, int]:
-        """One round: expand, then start what is due. (new deliveries, attempts started)"""
-        return await self.expand(), await self.start_due()
+        """One round: record finished attempts, expand, then start what is due. (new
+        deliveries, attempts started and recorded)"""
+        recorded = await self.record()
+        return await self.expand(), await self.start_due() + recorded
 
     async def drain(self, timeout: float = 30.0) -> None:
-        """Wait until the attempts in flight are finished (for tests and a clean stop)."""
+        """Wait until the attempts in flight are finished and recorded (tests, a clean stop)."""
         if self._inflight:
             await asyncio.wait(set(self._inflight), timeout=timeout)
+        await self.record()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Deliver until cancelled (or ``stop`` is set); a failed round is logged and the
@@ -236,6 +251,8 @@ class Deliverer:
             task.cancel()
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.record()  # what finished before the stop
         for channel in self.channels.values():
             closing = getattr(channel, "aclose", None)
             if closing is not None:

@@ -5,10 +5,11 @@ The rules this module keeps:
 - **Nothing is lost.** The feed's notices are written in the same transaction as the
   events that cause them (the store does that). Each endpoint keeps a cursor into the
   feed: the notices after it are still to be turned into deliveries. Turning them
-  (:meth:`Outbox.expand`) first inserts the deliveries, then moves the cursor; a
-  process killed between the two inserts them again next time, and the second insert
-  of a delivery is ignored (its id is a digest of endpoint, notice and event, and ids
-  are unique). So every event reaches a delivery row at least once, and only once.
+  (:meth:`Outbox.expand`) inserts the deliveries and moves the cursor in one
+  transaction; two deliverers that turn the same notices at once insert the same rows,
+  and the second insert of a delivery is ignored (its id is a digest of endpoint,
+  notice and event, and ids are unique). So every event becomes one delivery per
+  endpoint that takes it.
   The service does not trim notices an endpoint has not turned yet.
 - **One attempt at a time.** A deliverer claims due deliveries in one statement
   (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's one writer), for a lease of
@@ -40,7 +41,7 @@ from handrail.notify.channels import CHANNEL_KINDS, Delivery, Endpoint, Sent
 from handrail.notify.events import Event
 from handrail.server.db import ServerDB
 
-__all__ = ["LEASE", "RETRY_FOR", "Outbox", "backoff"]
+__all__ = ["LEASE", "RETRY_FOR", "NotFailedError", "Outbox", "backoff"]
 
 LEASE = 60.0
 """Seconds a deliverer holds a claimed delivery before another may attempt it."""
@@ -91,7 +92,22 @@ _DELIVERY_COLUMNS = (
     "id, endpoint_id, event, thread_id, interrupt_id, body, status, attempts, created_at, due_at, "
     "last_error, response_code, delivered_at, receipt"
 )
+_READ_COLUMNS = _DELIVERY_COLUMNS + ", window_from"
 _ERROR_CHARS = 500  # the longest last_error kept
+_INSERT = (
+    f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?) ON CONFLICT (id) DO NOTHING"
+)
+_ADVANCE = "UPDATE handrail_server_endpoints SET feed_cursor = ? WHERE id = ? AND feed_cursor < ?"
+_FINISH = (
+    "UPDATE handrail_server_deliveries SET status = ?, due_at = ?, claimed_by = NULL, last_error = ?, "
+    "response_code = ?, delivered_at = ?, receipt = COALESCE(?, receipt) "
+    "WHERE id = ? AND claimed_by = ? AND status = 'pending'"
+)
+
+
+class NotFailedError(ValueError):
+    """A delivery sent again by hand that is not failed (pending or delivered already)."""
 
 
 def backoff(
@@ -233,33 +249,20 @@ class Outbox:
         return {str(row[0]): int(row[1]) for row in rows}
 
     # Deliveries --------------------------------------------------------------------------
-    def expand(self, endpoint_id: str, made: Sequence[tuple[int, Event]], up_to: int) -> int:
-        """Record a delivery for each ``(cursor, event)`` to ``endpoint_id``, then move its
-        cursor to ``up_to`` (never back). Returns how many deliveries were new."""
+    def expand(self, made: Mapping[str, tuple[Sequence[tuple[int, Event]], int]]) -> int:
+        """For each endpoint id, record a delivery for each of its ``(cursor, event)`` and
+        move its cursor to its ``up_to`` (never back): ``{endpoint_id: (made, up_to)}``, all
+        in one transaction. Returns how many deliveries were new."""
         now = time.time()
-        added = 0
-        for cursor, event in made:
-            added += self.db.execute(
-                f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
-                "VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?) "
-                "ON CONFLICT (id) DO NOTHING",
-                (
-                    message_id(endpoint_id, cursor, event.type),
-                    endpoint_id,
-                    event.type,
-                    event.thread_id,
-                    event.interrupt_id,
-                    event.body.decode(),
-                    now,
-                    now,
-                    now,
-                ),
-            )
-        self.db.execute(
-            "UPDATE handrail_server_endpoints SET feed_cursor = ? WHERE id = ? AND feed_cursor < ?",
-            (up_to, endpoint_id, up_to),
-        )
-        return added
+        statements: list[tuple[str, Sequence[Any]]] = []
+        for endpoint_id, (events, up_to) in made.items():
+            for cursor, event in events:
+                key = message_id(endpoint_id, cursor, event.type)
+                row = (key, endpoint_id, event.type, event.thread_id, event.interrupt_id, event.body.decode())
+                statements.append((_INSERT, (*row, now, now, now)))
+            statements.append((_ADVANCE, (up_to, endpoint_id, up_to)))
+        counts = self.db.batch(statements) if statements else []
+        return sum(n for (sql, _), n in zip(statements, counts, strict=True) if sql is _INSERT)
 
     def add_test(self, endpoint_id: str, event: Event) -> Delivery:
         """Queue a one-off delivery of ``event`` (``handrail webhooks test``) to ``endpoint_id``."""
@@ -296,45 +299,52 @@ class Outbox:
             "WHERE id IN (SELECT d.id FROM handrail_server_deliveries AS d "
             "JOIN handrail_server_endpoints AS e ON e.id = d.endpoint_id AND e.removed_at IS NULL "
             f"WHERE d.status = 'pending' AND d.due_at <= ?{picked} "
-            f"ORDER BY d.due_at, d.created_at LIMIT ?{lock}) RETURNING {_DELIVERY_COLUMNS}",
+            f"ORDER BY d.due_at, d.created_at LIMIT ?{lock}) RETURNING {_READ_COLUMNS}",
             (owner, now + lease, now, *((only,) if only is not None else ()), max(int(limit), 0)),
         )
         return sorted((_delivery(row) for row in rows), key=lambda d: (d.due_at, d.created_at))
 
     def finish(
-        self, delivery: Delivery, owner: str, sent: Sent, *, retry_for: float = RETRY_FOR, base: float = 2.0
-    ) -> str:
-        """Record how ``owner``'s attempt of ``delivery`` went; the status it is left in:
-        ``delivered``, ``pending`` (due again after :func:`backoff`) or ``failed`` (the
-        retry time ran out, or ``sent.retry`` is False)."""
+        self,
+        attempts: Sequence[tuple[Delivery, Sent]],
+        owner: str,
+        *,
+        retry_for: float = RETRY_FOR,
+        base: float = 2.0,
+    ) -> list[str]:
+        """Record how ``owner``'s attempts went, in one transaction; the status each is left
+        in: ``delivered``, ``pending`` (due again after :func:`backoff`) or ``failed`` (its
+        retry time ran out, or ``Sent.retry`` is False). An attempt whose lease another
+        deliverer took over meanwhile changes nothing."""
         now = time.time()
-        error = (sent.error or "")[:_ERROR_CHARS] or None
-        receipt = _json(dict(sent.receipt)) if sent.receipt is not None else None
-        if sent.ok:
-            status, due = "delivered", now
-        else:
-            (window,) = self.db.query(
-                "SELECT window_from FROM handrail_server_deliveries WHERE id = ?", (delivery.id,)
-            )[0]
-            due = now + backoff(delivery.attempts, base=base)
-            status = "pending" if sent.retry and due <= float(window) + retry_for else "failed"
-        self.db.execute(
-            "UPDATE handrail_server_deliveries SET status = ?, due_at = ?, claimed_by = NULL, "
-            "last_error = ?, response_code = ?, delivered_at = ?, receipt = COALESCE(?, receipt) "
-            "WHERE id = ? AND claimed_by = ? AND status = 'pending'",
-            (status, due, error, sent.code, now if sent.ok else None, receipt, delivery.id, owner),
-        )
-        return status
+        statuses: list[str] = []
+        statements: list[tuple[str, Sequence[Any]]] = []
+        for delivery, sent in attempts:
+            error = (sent.error or "")[:_ERROR_CHARS] or None
+            receipt = _json(dict(sent.receipt)) if sent.receipt is not None else None
+            if sent.ok:
+                status, due = "delivered", now
+            else:
+                due = now + backoff(delivery.attempts, base=base)
+                status = "pending" if sent.retry and due <= delivery.window_from + retry_for else "failed"
+            statuses.append(status)
+            delivered = now if sent.ok else None
+            statements.append(
+                (_FINISH, (status, due, error, sent.code, delivered, receipt, delivery.id, owner))
+            )
+        if statements:
+            self.db.batch(statements)
+        return statuses
 
     def retry(self, delivery_id: str) -> Delivery:
         """Send a failed delivery again, with the same id: due now, retried for another
-        ``retry_for``. ``KeyError`` when there is no such delivery; ``ValueError`` when it
-        is not failed."""
+        ``retry_for``. ``KeyError`` when there is no such delivery; :class:`NotFailedError`
+        when it is not failed."""
         found = self.delivery(delivery_id)
         if found is None:
             raise KeyError(delivery_id)
         if found.status != "failed":
-            raise ValueError(
+            raise NotFailedError(
                 f"delivery {delivery_id} is {found.status}; only a failed delivery is retried by hand"
             )
         now = time.time()
@@ -350,7 +360,7 @@ class Outbox:
     def delivery(self, delivery_id: str) -> Delivery | None:
         """One delivery by its id."""
         rows = self.db.query(
-            f"SELECT {_DELIVERY_COLUMNS} FROM handrail_server_deliveries WHERE id = ?", (delivery_id,)
+            f"SELECT {_READ_COLUMNS} FROM handrail_server_deliveries WHERE id = ?", (delivery_id,)
         )
         return _delivery(rows[0]) if rows else None
 
@@ -366,7 +376,7 @@ class Outbox:
             where.append("status = ?")
             params.append(status)
         rows = self.db.query(
-            f"SELECT {_DELIVERY_COLUMNS} FROM handrail_server_deliveries WHERE {' AND '.join(where)} "
+            f"SELECT {_READ_COLUMNS} FROM handrail_server_deliveries WHERE {' AND '.join(where)} "
             "ORDER BY created_at DESC, id LIMIT ?",
             (*params, max(int(limit), 0)),
         )
@@ -412,7 +422,7 @@ def _endpoint(row: Sequence[Any]) -> Endpoint:
 
 def _delivery(row: Sequence[Any]) -> Delivery:
     key, endpoint_id, event, thread_id, interrupt_id, body, status, attempts = row[:8]
-    created_at, due_at, error, code, delivered_at, receipt = row[8:]
+    created_at, due_at, error, code, delivered_at, receipt, window_from = row[8:]
     return Delivery(
         str(key),
         str(endpoint_id),
@@ -428,4 +438,5 @@ def _delivery(row: Sequence[Any]) -> Delivery:
         None if code is None else int(code),
         None if delivered_at is None else float(delivered_at),
         orjson.loads(receipt) if receipt else None,
+        float(window_from),
     )

@@ -99,6 +99,7 @@ def create_app(
                 await result
         service.live = LiveFeed(service)
         await service.live.start()
+        registry.listeners.append(service.live.poke)  # a run that ended wrote notices: read them now
         feed_store = service.live.store
         if notifications is not None:
             start = await feed_store.afeed_end()

@@ -136,6 +136,24 @@ class ServerDB:
             cursor = self._conn.execute(self._sql(sql), tuple(params))
             return [tuple(row) for row in cursor.fetchall()]
 
+    def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
+        """Run ``statements`` (SQL and parameters) in one transaction: all of them or, on
+        an error, none; the rows each changed."""
+        with self._lock:
+            if self._postgres:
+                with self._conn.transaction():
+                    return [
+                        int(self._conn.execute(self._sql(q), tuple(p)).rowcount or 0) for q, p in statements
+                    ]
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                counts = [int(self._conn.execute(q, tuple(p)).rowcount or 0) for q, p in statements]
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return counts
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:

@@ -167,6 +167,7 @@ class RunRegistry:
         self._clock = clock
         self._finished: OrderedDict[str, float] = OrderedDict()  # run id -> when it ended, oldest first
         self._kept_bytes = 0
+        self.listeners: list[Callable[[], None]] = []  # told when a run ends (the live feed reads then)
 
     def get(self, thread_id: str, run_id: str) -> Run:
         """The run ``run_id`` of ``thread_id``; a 404 when this process has no record of it."""
@@ -276,6 +277,8 @@ class RunRegistry:
         self._finished[run.run_id] = self._clock()
         self._kept_bytes += run.size
         self.prune()
+        for listener in self.listeners:
+            listener()
 
     def prune(self) -> None:
         """Forget the oldest finished runs beyond the bounds (count, age, bytes)."""

@@ -29,7 +29,7 @@ from starlette.responses import Response
 from handrail.notify.channels import Delivery, Endpoint
 from handrail.notify.config import DEFAULT_EVENTS, check_url
 from handrail.notify.events import check_event_types, example_event
-from handrail.notify.outbox import Outbox
+from handrail.notify.outbox import NotFailedError, Outbox
 from handrail.notify.webhooks import check_secret
 from handrail.server.access import require
 from handrail.server.auth import caller
@@ -243,7 +243,7 @@ async def retry_delivery(
         again = await asyncio.to_thread(outbox.retry, delivery_id)
     except KeyError:
         raise Problem(404, f"no delivery {delivery_id!r}") from None
-    except ValueError as exc:
+    except NotFailedError as exc:
         raise Problem(409, str(exc)) from None
     _wake(service)
     return _json(delivery_json(again))

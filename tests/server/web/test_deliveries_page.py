@@ -15,6 +15,7 @@ import served_agent
 from test_grant_pages import csrf
 
 from handrail.checkpoint.sqlite import SqliteSaver
+from handrail.notify.channels import Sent
 from handrail.notify.events import example_event
 from handrail.notify.outbox import Outbox
 from handrail.server import ServerDB, create_app
@@ -44,12 +45,8 @@ async def test_an_admin_reads_the_log_and_sends_a_failed_delivery_again(tmp_path
     made = outbox.add_test(endpoint.id, example_event("https://h.example", endpoint.id))
     owner = "test"
     (claimed,) = outbox.claim(owner, only=made.id)
-    from handrail.notify.channels import Sent
-
-    assert (
-        outbox.finish(claimed, owner, Sent(False, code=503, error="HTTP 503: <b>down</b>", retry=False))
-        == "failed"
-    )
+    down = Sent(False, code=503, error="HTTP 503: <b>down</b>", retry=False)
+    assert outbox.finish([(claimed, down)], owner) == ["failed"]
     admin = service.tokens.create("root", [], ["admin", "review"])[1]
     reviewer = service.tokens.create("dana", ["dba"], ["review"])[1]
     async with app.router.lifespan_context(app):

@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from handrail.notify.outbox import NotFailedError
 from handrail.server.access import require
 from handrail.server.pages.render import (
     check_csrf,
@@ -110,7 +111,7 @@ async def retry(request: Request, delivery_id: str) -> Response:
         await asyncio.to_thread(service.outbox.retry, delivery_id)
     except KeyError:
         raise Problem(404, "There is no such delivery.") from None
-    except ValueError as exc:
+    except NotFailedError as exc:
         raise Problem(409, str(exc)) from None
     if service.deliverer is not None:
         service.deliverer.wake()
