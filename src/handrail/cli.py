@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from handrail import __version__, cli_grants, cli_policy, cli_sweep, cli_webhooks, review_cli
+from handrail import __version__, cli_grants, cli_policy, cli_slack, cli_sweep, cli_webhooks, review_cli
 from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
@@ -154,6 +154,7 @@ def _build_parser() -> argparse.ArgumentParser:
     cli_sweep.add_commands(commands)  # sweep (handrail.cli_sweep)
     cli_grants.add_commands(commands)  # grants list | revoke (handrail.cli_grants)
     cli_webhooks.add_commands(commands)  # webhooks ..., deliver (handrail.cli_webhooks)
+    cli_slack.add_commands(commands)  # slack setup | users add|list|remove (handrail.cli_slack)
     return parser
 
 
@@ -182,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_policy.run(args, safe_console(highlight=False), UsageError)
         if args.command in cli_sweep.COMMANDS:
             return cli_sweep.run(args, safe_console(highlight=False), StoreError)
+        if args.command in cli_slack.COMMANDS:
+            return cli_slack.run(args, safe_console(highlight=False), StoreError)
         if args.command in cli_webhooks.COMMANDS:
             return cli_webhooks.run(args, safe_console(highlight=False), StoreError)
         if args.command in review_cli.COMMANDS or args.command in cli_grants.COMMANDS:

@@ -57,7 +57,16 @@ async def test_a_review_cycle_tells_the_feed_what_was_asked_answered_and_ended(
         agent.invoke(approve(interrupt_id), {"configurable": {"thread_id": "t1", "reviewer": ALICE}})
     later = told(await store.read_feed(end))
     assert [kind for _, kind, _ in later] == ["review.decided", "run.finished"]
-    assert later[0][2] == {"interrupt_id": interrupt_id, "reviewer": ALICE, "channel": "python"}
+    decided = later[0][2]
+    assert (decided["interrupt_id"], decided["reviewer"], decided["channel"]) == (
+        interrupt_id,
+        ALICE,
+        "python",
+    )
+    assert decided["answer"] == APPROVE and decided["tools"] == [
+        "write_file"
+    ]  # what was asked, and how answered
+    assert decided["value"]["action_requests"][0]["args"] == {"path": "t1"}
     assert later[1][2]["thread_status"] == "idle"
     assert await store.read_feed(await store.feed_end()) == []
     # paging: a limit, and going on from each page's last cursor, reads every notice once

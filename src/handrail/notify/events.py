@@ -158,6 +158,8 @@ def _data(kind: str, entry: FeedEntry, notice: dict[str, Any], public_url: str) 
         data["decided_by"] = {"id": _who(notice.get("reviewer")), "channel": notice.get("channel")}
         if "answer" in notice:
             data["decision"] = notice["answer"]
+        if kind == "review.approved" and isinstance(notice.get("approvals"), list):
+            data["approvals"] = notice["approvals"]  # each call's {"approvals", "needed", "approved_by", ...}
     data["links"] = _links(public_url, entry.thread_id, interrupt_id)
     return data
 

@@ -46,6 +46,7 @@ from handrail.middleware.types import (
 )
 from handrail.models.base import accumulate_chunks
 from handrail.review.grants import records_from as grant_records
+from handrail.review.quorum import progress
 from handrail.runtime.events import Event, encode_event, pack_payload, review_payload, review_record
 from handrail.runtime.fold import InterruptRecord, ThreadFold
 from handrail.runtime.spec import AgentSpec
@@ -66,6 +67,7 @@ class Env:
     __slots__ = (
         "acted",
         "appends",
+        "asked",
         "broken",
         "buffer",
         "buffer_from",
@@ -99,6 +101,7 @@ class Env:
         self.spec = spec
         self.store = store
         self.thread_id = thread_id
+        self.asked: dict[str, InterruptRecord] = {}  # reviews answered in the buffer: what they asked
         self.run_id = run_id if run_id is not None else new_id("run-")
         self.emit = emit
         self.modes = modes
@@ -346,7 +349,7 @@ class Persist(Effect):
                         "answer": event.data["answers"][interrupt_id],
                         "agent": agent,
                     }
-                    asked = fold.pending.get(interrupt_id) or fold.step_interrupts.get(interrupt_id)
+                    asked = env.asked.pop(interrupt_id, None) or fold.pending.get(interrupt_id)
                     if asked is not None:  # what was asked, so a notification names the tools
                         answered = {**_asked(env, asked), **answered}
                     notices.append(_notice("review.expired" if expired else "review.decided", env, answered))
@@ -357,6 +360,10 @@ class Persist(Effect):
                     "channel": event.data.get("channel"),
                     "agent": agent,
                 }
+                asked = fold.pending.get(voted["interrupt_id"])
+                if asked is not None:  # what was asked, and how far its count has come (rule 14)
+                    counted = progress(asked.value, asked.terms, fold.votes.get(asked.id, ()))
+                    voted = {**_asked(env, asked), **voted, "approvals": [c.as_json() for c in counted]}
                 notices.append(_notice("review.approved", env, voted))
         if self.release:
             ended: dict[str, Any] = {"run_id": env.run_id, "status": "error" if self.failed else "success"}
@@ -559,6 +566,9 @@ def buffer(env: Env, events: list[Event]) -> None:
             event.seq = fold.head_seq + 1
             event.created_at = now
             _assign_message_ids(event)
+            if event.kind == "resume":  # what was asked, for the notice of its answer (``_notices``)
+                asked = fold.pending
+                env.asked.update((i, asked[i]) for i in event.data["answers"] if i in asked)
             if event.kind in ("step", "update") and event.data.get("next") is None:
                 jump = event.data.pop("jump_to", None)
                 event.data["next"] = []

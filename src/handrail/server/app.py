@@ -23,7 +23,7 @@ from handrail.notify.channels import Channel
 from handrail.notify.config import NotifySettings, apply_settings
 from handrail.notify.deliverer import Deliverer, default_channels
 from handrail.notify.outbox import Outbox
-from handrail.server import events, grants, pages, reviews, runs, threads, webhooks
+from handrail.server import events, grants, pages, reviews, runs, slack, threads, webhooks
 from handrail.server.db import ServerDB
 from handrail.server.events import LiveFeed
 from handrail.server.limits import RateLimit, RequestGuard
@@ -123,6 +123,7 @@ def create_app(
         try:
             yield
         finally:
+            await slack.settle(5)  # message updates still going after an answer in Slack
             await service.worker.stop()
             await service.live.stop()
             for task in background:
@@ -151,6 +152,7 @@ def create_app(
     app.include_router(grants.router)
     app.include_router(webhooks.router)
     app.include_router(events.router)
+    app.include_router(slack.router)  # Slack's interactivity requests (404 until handrail slack setup)
     pages.install(app)  # the web inbox, under /inbox
 
     @app.get("/ok", tags=["meta"])
