@@ -253,7 +253,7 @@ def _deliver(args: argparse.Namespace, console: Console, failure: type[Exception
         if settings is not None:
             await asyncio.to_thread(apply_settings, outbox, settings, await store.afeed_end(), db)
         deliverer = Deliverer(
-            outbox,
+            Outbox(db.another(relaxed=True)),
             store,
             public_url=public_url,
             channels=default_channels(db),

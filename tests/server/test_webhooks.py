@@ -355,3 +355,46 @@ async def test_a_channel_that_raises_is_a_failed_attempt_retried_like_any(backen
     after = await deliverer.attempt(made.id)
     assert after is not None and after.status == "pending" and after.last_error == "RuntimeError: a defect"
     assert after.attempts == 1 and after.due_at > time.time()
+
+
+async def test_attempts_that_finish_while_a_round_is_recorded_are_all_recorded_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A defect found by the benchmark: an attempt that finished while a round was being
+    written added its result to the list that round had taken, after it was read: the
+    result was lost and the delivery sent again a lease later."""
+    import random
+
+    from handrail.notify.events import example_event
+
+    outbox = Outbox(backend.server_db())
+    endpoint = outbox.add_endpoint("webhook", "http://127.0.0.1:9/h", ["review.requested"], start_after=None)
+    made = [outbox.add_test(endpoint.id, example_event(PUBLIC, endpoint.id)) for _ in range(40)]
+    sent: list[str] = []
+
+    class Staggered:
+        kind = "webhook"
+
+        async def send(self, endpoint: Endpoint, delivery: Delivery, receipts: Any) -> Sent:
+            await asyncio.sleep(random.uniform(0, 0.03))
+            sent.append(delivery.id)
+            return Sent(True, code=204)
+
+    slow_turn = Outbox.turn
+
+    def turn(self: Outbox, *args: Any, **kwargs: Any) -> Any:
+        done = slow_turn(self, *args, **kwargs)
+        time.sleep(0.02)  # a round's write takes a while: attempts finish meanwhile
+        return done
+
+    monkeypatch.setattr(Outbox, "turn", turn)
+    deliverer = Deliverer(outbox, None, public_url=PUBLIC, channels={"webhook": Staggered()}, poll=0.01)
+    running = asyncio.create_task(deliverer.run())
+    try:
+        await until(lambda: len(outbox.deliveries(status="delivered", limit=100)) == 40, timeout=20)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert sorted(sent) == sorted(d.id for d in made)  # each sent once
+    assert {d.attempts for d in outbox.deliveries(limit=100)} == {1}
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], caplog.text

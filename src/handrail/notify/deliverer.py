@@ -1,17 +1,17 @@
 """The deliverer: turns the feed into deliveries and sends them (inside ``handrail serve``,
 or as ``handrail deliver``; many may run against one database).
 
-One loop, in each process:
+One loop, in each process; each round is one transaction (``Outbox.turn``):
 
-1. **Expand**: read the store's feed after the lowest endpoint cursor, and record a
-   delivery for each notice each endpoint takes (``Outbox.expand``; idempotent).
-2. **Claim** up to as many due deliveries as there are free places (``concurrency``),
+1. **Record** how the attempts finished since the last round went; a failed one is due
+   again after a backoff.
+2. **Expand**: read the store's feed after the lowest endpoint cursor, and record a
+   delivery for each notice each endpoint takes (idempotent).
+3. **Claim** up to as many due deliveries as there are free places (``concurrency``),
    each for a lease, and send each in a task of its own: a receiver that hangs holds
    its place until the channel's timeout, never the loop, the other deliveries or the
    service's answers (the service runs this loop as a background task and its database
    calls in threads).
-3. **Record** how each attempt went, the round's together in one transaction; a failed
-   one is due again after a backoff.
 
 It sleeps ``poll`` seconds between rounds with nothing to do, and less when woken
 (:meth:`Deliverer.wake`: the service wakes it when it records an answer).
@@ -96,6 +96,7 @@ class Deliverer:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._inflight: set[asyncio.Task[None]] = set()
         self._results: list[tuple[Delivery, Sent]] = []  # finished attempts not recorded yet
+        self._more = False  # the last round left notices in the feed to turn
         self._woken = asyncio.Event()
 
     def wake(self) -> None:
@@ -103,41 +104,58 @@ class Deliverer:
         self._woken.set()
 
     # One round --------------------------------------------------------------------------
-    async def expand(self) -> int:
-        """Record deliveries for the feed's new notices; how many were new."""
+    async def run_once(self) -> tuple[int, int]:
+        """One round, one transaction (``Outbox.turn``): record the attempts finished since
+        the last round, turn the feed's new notices into deliveries, claim what is due for
+        the free places and start sending it. (new deliveries, attempts started and recorded)"""
+        results, self._results = self._results, []
+        made = await self._made()
+        free = self.concurrency - len(self._inflight)
+        try:
+            turn = await asyncio.to_thread(
+                self.outbox.turn,
+                self.owner,
+                attempts=results,
+                made=made,
+                claim=max(free, 0),
+                lease=self.lease,
+                retry_for=self.retry_for,
+                base=self.backoff_base,
+            )
+        except BaseException:
+            self._results[:0] = results  # not recorded: the next round tries again
+            raise
+        self._told(results, turn.statuses)
+        if turn.claimed:
+            endpoints = {e.id: e for e in await asyncio.to_thread(self.outbox.endpoints)}
+            for delivery in turn.claimed:
+                self._start(endpoints.get(delivery.endpoint_id), delivery)
+        return turn.added, len(turn.claimed) + len(results)
+
+    async def _made(self) -> dict[str, tuple[list[tuple[int, Event]], int]]:
+        """The deliveries the feed's next notices make, per endpoint, and where each
+        endpoint's cursor goes (reads only)."""
+        self._more = False
         if self.store is None:  # a deliverer that only sends (``handrail webhooks test``)
-            return 0
+            return {}
         cursors = await asyncio.to_thread(self.outbox.cursors)
         if not cursors:
-            return 0
+            return {}
+        entries = await self.store.aread_feed(str(min(cursors.values())), limit=_FEED_BATCH)
+        if not entries:
+            return {}
+        self._more = len(entries) == _FEED_BATCH
         endpoints = {e.id: e for e in await asyncio.to_thread(self.outbox.endpoints)}
-        added = 0
-        position = min(cursors.values())
-        while True:
-            entries = await self.store.aread_feed(str(position), limit=_FEED_BATCH)
-            if not entries:
-                return added
-            made: list[tuple[int, Event]] = []
-            for entry in entries:
-                event = self._event(entry)
-                if event is not None:
-                    made.append((int(entry.cursor), event))
-            last = int(entries[-1].cursor)
-            turned: dict[str, tuple[list[tuple[int, Event]], int]] = {}
-            for endpoint_id, cursor in cursors.items():
-                endpoint = endpoints.get(endpoint_id)
-                if endpoint is None or cursor >= last:
-                    continue
-                turned[endpoint_id] = (
-                    [(c, e) for c, e in made if c > cursor and e.type in endpoint.events],
-                    last,
-                )
-                cursors[endpoint_id] = last
-            if turned:
-                added += await asyncio.to_thread(self.outbox.expand, turned)
-            if len(entries) < _FEED_BATCH:
-                return added
-            position = last
+        events = [(int(entry.cursor), self._event(entry)) for entry in entries]
+        last = int(entries[-1].cursor)
+        return {
+            endpoint_id: (
+                [(c, e) for c, e in events if e is not None and c > cursor and e.type in endpoint.events],
+                last,
+            )
+            for endpoint_id, cursor in cursors.items()
+            if (endpoint := endpoints.get(endpoint_id)) is not None and cursor < last
+        }
 
     def _event(self, entry: Any) -> Event | None:
         try:
@@ -146,31 +164,30 @@ class Deliverer:
             log.error("the feed's notice %s cannot be read, so it is not delivered: %s", entry.cursor, exc)
             return None
 
-    async def start_due(self) -> int:
-        """Claim due deliveries for the free places and start sending them; how many."""
-        free = self.concurrency - len(self._inflight)
-        if free <= 0:
-            return 0
-        claimed = await asyncio.to_thread(self.outbox.claim, self.owner, limit=free, lease=self.lease)
-        if not claimed:
-            return 0
-        endpoints = {e.id: e for e in await asyncio.to_thread(self.outbox.endpoints)}
-        for delivery in claimed:
-            task = asyncio.create_task(self._attempt(endpoints.get(delivery.endpoint_id), delivery))
-            self._inflight.add(task)
-            task.add_done_callback(self._done)
-        return len(claimed)
+    def _start(self, endpoint: Endpoint | None, delivery: Delivery) -> None:
+        task = asyncio.create_task(self._attempt(endpoint, delivery))
+        self._inflight.add(task)
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
-        self._woken.set()  # a place is free
+        self._woken.set()  # a place is free, and an attempt to record
 
     async def _attempt(self, endpoint: Endpoint | None, delivery: Delivery) -> None:
-        # recorded with the round's other attempts, in one transaction (:meth:`record`)
-        self._results.append((delivery, await self._send(endpoint, delivery)))
+        # recorded with the next round, in its transaction; the list is looked up after the
+        # send: a round swaps it for a new one meanwhile
+        sent = await self._send(endpoint, delivery)
+        self._results.append((delivery, sent))
+
+    def _told(self, results: list[tuple[Delivery, Sent]], statuses: list[str]) -> None:
+        for (delivery, sent), status in zip(results, statuses, strict=True):
+            if status == "failed":
+                log.warning(
+                    "delivery %s to %s failed for good: %s", delivery.id, delivery.endpoint_id, sent.error
+                )
 
     async def record(self) -> int:
-        """Record the attempts finished since the last call, in one transaction; how many."""
+        """Record the attempts finished since the last round, now; how many."""
         results, self._results = self._results, []
         if not results:
             return 0
@@ -178,14 +195,10 @@ class Deliverer:
             statuses = await asyncio.to_thread(
                 self.outbox.finish, results, self.owner, retry_for=self.retry_for, base=self.backoff_base
             )
-        except Exception:  # their leases run out and a deliverer tries them again
-            log.exception("could not record %d delivery attempts", len(results))
-            return 0
-        for (delivery, sent), status in zip(results, statuses, strict=True):
-            if status == "failed":
-                log.warning(
-                    "delivery %s to %s failed for good: %s", delivery.id, delivery.endpoint_id, sent.error
-                )
+        except BaseException:
+            self._results[:0] = results
+            raise
+        self._told(results, statuses)
         return len(results)
 
     async def _send(self, endpoint: Endpoint | None, delivery: Delivery) -> Sent:
@@ -214,12 +227,6 @@ class Deliverer:
         await self.record()
         return await asyncio.to_thread(self.outbox.delivery, delivery_id)
 
-    async def run_once(self) -> tuple[int, int]:
-        """One round: record finished attempts, expand, then start what is due. (new
-        deliveries, attempts started and recorded)"""
-        recorded = await self.record()
-        return await self.expand(), await self.start_due() + recorded
-
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until the attempts in flight are finished and recorded (tests, a clean stop)."""
         if self._inflight:
@@ -235,7 +242,7 @@ class Deliverer:
                 busy = False
                 try:
                     added, started = await self.run_once()
-                    busy = bool(added or started)
+                    busy = bool(added or started or self._more)
                 except Exception:
                     log.exception("a delivery round failed; the next one tries again")
                 if not busy:

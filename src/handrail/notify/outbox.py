@@ -21,6 +21,11 @@ The rules this module keeps:
   last retried by hand); then it is ``failed``. :meth:`Outbox.retry` sends a failed one
   again, with the same id.
 - A removed endpoint receives nothing more; its deliveries stay in the log.
+- **The deliverer's writes need not wait for the disk** (``ServerDB.open(relaxed=True)``):
+  each can be made again. A crash of the machine that loses a turn of the feed loses the
+  cursor's move with it (the notices are turned again); one that loses a claim or an
+  attempt's result sends that delivery again (at least once). Endpoints are added and
+  removed through a connection that waits.
 
 Tables (the service's own, beside its tokens: ``handrail.server.db``):
 ``handrail_server_endpoints`` and ``handrail_server_deliveries``.
@@ -33,6 +38,7 @@ import random
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -41,7 +47,7 @@ from handrail.notify.channels import CHANNEL_KINDS, Delivery, Endpoint, Sent
 from handrail.notify.events import Event
 from handrail.server.db import ServerDB
 
-__all__ = ["LEASE", "RETRY_FOR", "NotFailedError", "Outbox", "backoff"]
+__all__ = ["LEASE", "RETRY_FOR", "NotFailedError", "Outbox", "Turn", "backoff"]
 
 LEASE = 60.0
 """Seconds a deliverer holds a claimed delivery before another may attempt it."""
@@ -97,6 +103,13 @@ _ERROR_CHARS = 500  # the longest last_error kept
 _INSERT = (
     f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
     "VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?) ON CONFLICT (id) DO NOTHING"
+)
+_CLAIM = (
+    "UPDATE handrail_server_deliveries SET claimed_by = ?, due_at = ?, attempts = attempts + 1 "
+    "WHERE id IN (SELECT d.id FROM handrail_server_deliveries AS d "
+    "JOIN handrail_server_endpoints AS e ON e.id = d.endpoint_id AND e.removed_at IS NULL "
+    "WHERE d.status = 'pending' AND d.due_at <= ?{picked} "
+    "ORDER BY d.due_at, d.created_at LIMIT ?{lock}) RETURNING " + _READ_COLUMNS
 )
 _ADVANCE = "UPDATE handrail_server_endpoints SET feed_cursor = ? WHERE id = ? AND feed_cursor < ?"
 _FINISH = (
@@ -249,33 +262,61 @@ class Outbox:
         return {str(row[0]): int(row[1]) for row in rows}
 
     # Deliveries --------------------------------------------------------------------------
+    def turn(
+        self,
+        owner: str,
+        *,
+        attempts: Sequence[tuple[Delivery, Sent]] = (),
+        made: Mapping[str, tuple[Sequence[tuple[int, Event]], int]] | None = None,
+        claim: int = 0,
+        lease: float = LEASE,
+        only: str | None = None,
+        retry_for: float = RETRY_FOR,
+        base: float = 2.0,
+    ) -> Turn:
+        """A deliverer's round, in one transaction (so one wait for the disk, and on SQLite
+        one turn with the write lock): record ``attempts`` (as :meth:`finish`), expand
+        ``made`` (as :meth:`expand`), then claim up to ``claim`` due deliveries (as
+        :meth:`claim`). A round with nothing to record or expand and nothing due writes
+        nothing."""
+        now = time.time()
+        finishing = [_finished(delivery, sent, owner, now, retry_for, base) for delivery, sent in attempts]
+        expanding = _expansions(made or {}, now)
+        if claim > 0 and not finishing and not expanding and not self._due(now, only):
+            return Turn([], 0, [])
+        claimed: list[Delivery] = []
+        with self.db.transaction() as tx:
+            tx.execute_many(_FINISH, [statement for statement, _status in finishing])
+            added = tx.execute_many(_INSERT, [params for sql, params in expanding if sql is _INSERT])
+            tx.execute_many(_ADVANCE, [params for sql, params in expanding if sql is _ADVANCE])
+            if claim > 0:
+                picked = " AND d.id = ?" if only is not None else ""
+                lock = " FOR UPDATE OF d SKIP LOCKED" if self._postgres else ""
+                # a claimed delivery is due again when its lease runs out: if its deliverer
+                # dies, the next claim after that takes it (the same id: at least once)
+                rows = tx.query(
+                    _CLAIM.format(picked=picked, lock=lock),
+                    (owner, now + lease, now, *((only,) if only is not None else ()), int(claim)),
+                )
+                claimed = sorted((_delivery(row) for row in rows), key=lambda d: (d.due_at, d.created_at))
+        return Turn([status for _, status in finishing], added, claimed)
+
+    def _due(self, now: float, only: str | None) -> bool:
+        # a read: a round with nothing due takes no write lock (SQLite has one writer)
+        picked, params = (" AND id = ?", (now, only)) if only is not None else ("", (now,))
+        return bool(
+            self.db.query(
+                f"SELECT 1 FROM handrail_server_deliveries WHERE status = 'pending' AND due_at <= ?{picked} "
+                "LIMIT 1",
+                params,
+            )
+        )
+
     def expand(self, made: Mapping[str, tuple[Sequence[tuple[int, Event]], int]]) -> int:
         """For each endpoint id, record a delivery for each of its ``(cursor, event)`` and
         move its cursor to its ``up_to`` (never back): ``{endpoint_id: (made, up_to)}``, all
         in one transaction. Returns how many deliveries were new."""
-        now = time.time()
-        statements: list[tuple[str, Sequence[Any]]] = []
-        for endpoint_id, (events, up_to) in made.items():
-            for cursor, event in events:
-                key = message_id(endpoint_id, cursor, event.type)
-                row = (key, endpoint_id, event.type, event.thread_id, event.interrupt_id, event.body.decode())
-                statements.append((_INSERT, (*row, now, now, now)))
-            statements.append((_ADVANCE, (up_to, endpoint_id, up_to)))
-        counts = self.db.batch(statements) if statements else []
-        return sum(n for (sql, _), n in zip(statements, counts, strict=True) if sql is _INSERT)
-
-    def add_test(self, endpoint_id: str, event: Event) -> Delivery:
-        """Queue a one-off delivery of ``event`` (``handrail webhooks test``) to ``endpoint_id``."""
-        now = time.time()
-        key = f"msg_{secrets.token_hex(16)}"
-        self.db.execute(
-            f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
-            "VALUES (?, ?, ?, ?, NULL, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?)",
-            (key, endpoint_id, event.type, event.thread_id, event.body.decode(), now, now, now),
-        )
-        found = self.delivery(key)
-        assert found is not None
-        return found
+        return self.turn("", made=made).added
 
     def claim(
         self, owner: str, *, limit: int = 20, lease: float = LEASE, only: str | None = None
@@ -283,26 +324,7 @@ class Outbox:
         """Claim up to ``limit`` due deliveries of endpoints in use for ``owner``, counting
         the attempt; each is this owner's for ``lease`` seconds. ``only``: that delivery,
         if it is due."""
-        now = time.time()
-        picked = " AND d.id = ?" if only is not None else ""
-        # a read first: a round with nothing due writes nothing (SQLite has one writer)
-        if not self.db.query(
-            "SELECT 1 FROM handrail_server_deliveries WHERE status = 'pending' AND due_at <= ? LIMIT 1",
-            (now,),
-        ):
-            return []
-        lock = " FOR UPDATE OF d SKIP LOCKED" if self._postgres else ""
-        # a claimed delivery is due again when its lease runs out: if its deliverer dies, the
-        # next claim after that takes it (the same id: at least once)
-        rows = self.db.query(
-            "UPDATE handrail_server_deliveries SET claimed_by = ?, due_at = ?, attempts = attempts + 1 "
-            "WHERE id IN (SELECT d.id FROM handrail_server_deliveries AS d "
-            "JOIN handrail_server_endpoints AS e ON e.id = d.endpoint_id AND e.removed_at IS NULL "
-            f"WHERE d.status = 'pending' AND d.due_at <= ?{picked} "
-            f"ORDER BY d.due_at, d.created_at LIMIT ?{lock}) RETURNING {_READ_COLUMNS}",
-            (owner, now + lease, now, *((only,) if only is not None else ()), max(int(limit), 0)),
-        )
-        return sorted((_delivery(row) for row in rows), key=lambda d: (d.due_at, d.created_at))
+        return self.turn(owner, claim=max(int(limit), 0), lease=lease, only=only).claimed
 
     def finish(
         self,
@@ -316,25 +338,20 @@ class Outbox:
         in: ``delivered``, ``pending`` (due again after :func:`backoff`) or ``failed`` (its
         retry time ran out, or ``Sent.retry`` is False). An attempt whose lease another
         deliverer took over meanwhile changes nothing."""
+        return self.turn(owner, attempts=attempts, retry_for=retry_for, base=base).statuses
+
+    def add_test(self, endpoint_id: str, event: Event) -> Delivery:
+        """Queue a one-off delivery of ``event`` (``handrail webhooks test``) to ``endpoint_id``."""
         now = time.time()
-        statuses: list[str] = []
-        statements: list[tuple[str, Sequence[Any]]] = []
-        for delivery, sent in attempts:
-            error = (sent.error or "")[:_ERROR_CHARS] or None
-            receipt = _json(dict(sent.receipt)) if sent.receipt is not None else None
-            if sent.ok:
-                status, due = "delivered", now
-            else:
-                due = now + backoff(delivery.attempts, base=base)
-                status = "pending" if sent.retry and due <= delivery.window_from + retry_for else "failed"
-            statuses.append(status)
-            delivered = now if sent.ok else None
-            statements.append(
-                (_FINISH, (status, due, error, sent.code, delivered, receipt, delivery.id, owner))
-            )
-        if statements:
-            self.db.batch(statements)
-        return statuses
+        key = f"msg_{secrets.token_hex(16)}"
+        self.db.execute(
+            f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
+            "VALUES (?, ?, ?, ?, NULL, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?)",
+            (key, endpoint_id, event.type, event.thread_id, event.body.decode(), now, now, now),
+        )
+        found = self.delivery(key)
+        assert found is not None
+        return found
 
     def retry(self, delivery_id: str) -> Delivery:
         """Send a failed delivery again, with the same id: due now, retried for another
@@ -393,6 +410,43 @@ class Outbox:
             return None
         found = orjson.loads(rows[0][0])
         return found if isinstance(found, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What :meth:`Outbox.turn` did: each attempt's status, deliveries new, those claimed."""
+
+    statuses: list[str]
+    added: int
+    claimed: list[Delivery]
+
+
+def _finished(
+    delivery: Delivery, sent: Sent, owner: str, now: float, retry_for: float, base: float
+) -> tuple[tuple[Any, ...], str]:
+    """The ``_FINISH`` parameters of one attempt, and the status it leaves the delivery in."""
+    error = (sent.error or "")[:_ERROR_CHARS] or None
+    receipt = _json(dict(sent.receipt)) if sent.receipt is not None else None
+    if sent.ok:
+        status, due = "delivered", now
+    else:
+        due = now + backoff(delivery.attempts, base=base)
+        status = "pending" if sent.retry and due <= delivery.window_from + retry_for else "failed"
+    delivered = now if sent.ok else None
+    return (status, due, error, sent.code, delivered, receipt, delivery.id, owner), status
+
+
+def _expansions(
+    made: Mapping[str, tuple[Sequence[tuple[int, Event]], int]], now: float
+) -> list[tuple[str, tuple[Any, ...]]]:
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+    for endpoint_id, (events, up_to) in made.items():
+        for cursor, event in events:
+            key = message_id(endpoint_id, cursor, event.type)
+            row = (key, endpoint_id, event.type, event.thread_id, event.interrupt_id, event.body.decode())
+            statements.append((_INSERT, (*row, now, now, now)))
+        statements.append((_ADVANCE, (up_to, endpoint_id, up_to)))
+    return statements
 
 
 def new_secret() -> str:

@@ -108,7 +108,7 @@ def create_app(
         if deliver_concurrency > 0:
             found = channels if channels is not None else await asyncio.to_thread(default_channels, db)
             service.deliverer = Deliverer(
-                service.outbox,
+                Outbox(db.another(relaxed=True)),  # its own connection; commits that may be made again
                 feed_store,
                 public_url=service.public_url,
                 channels=found,
@@ -129,6 +129,8 @@ def create_app(
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            if service.deliverer is not None and service.deliverer.outbox.db is not db:
+                service.deliverer.outbox.db.close()
             for run in list(registry.active.values()):
                 if run.task is not None:
                     run.task.cancel()

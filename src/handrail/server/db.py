@@ -12,11 +12,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServerDB"]
+__all__ = ["ServerDB", "Transaction"]
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS handrail_server_keys (
@@ -60,6 +61,31 @@ _ADDED_COLUMNS = [
 ]
 
 
+class Transaction:
+    """The statements of one :meth:`ServerDB.transaction`."""
+
+    def __init__(self, conn: Any, convert: Callable[[str], str]) -> None:
+        self._conn = conn
+        self._convert = convert
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; the number of rows it changed."""
+        return int(self._conn.execute(self._convert(sql), tuple(params)).rowcount or 0)
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run one statement for each of ``rows`` (on PostgreSQL in one round trip: psycopg
+        pipelines it); the number of rows they changed together."""
+        if not rows:
+            return 0
+        cursor = self._conn.cursor()
+        cursor.executemany(self._convert(sql), [tuple(row) for row in rows])
+        return int(cursor.rowcount or 0)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement that returns rows (a ``SELECT``, or ``... RETURNING``); its rows."""
+        return [tuple(row) for row in self._conn.execute(self._convert(sql), tuple(params)).fetchall()]
+
+
 class ServerDB:
     """One connection to the service's tables, safe to share between threads.
 
@@ -73,6 +99,7 @@ class ServerDB:
         self._conn = conn
         self._postgres = postgres
         self._lock = threading.Lock()
+        self._opened: dict[str, Any] | None = None  # how :meth:`open` reached it (for :meth:`another`)
         serial = "BIGSERIAL" if postgres else "INTEGER"  # an INTEGER PRIMARY KEY is SQLite's rowid
         for statement in _SCHEMA:
             self.execute(statement.replace("{serial}", serial))
@@ -103,12 +130,20 @@ class ServerDB:
 
     @classmethod
     def open(
-        cls, *, db_path: str | Path | None = None, postgres: str | None = None, schema: str | None = None
+        cls,
+        *,
+        db_path: str | Path | None = None,
+        postgres: str | None = None,
+        schema: str | None = None,
+        relaxed: bool = False,
     ) -> ServerDB:
         """Open the SQLite file ``db_path`` or the PostgreSQL database ``postgres`` (a DSN).
 
         ``schema``: the PostgreSQL schema for the tables (created if missing), as the
-        store's own ``schema`` option.
+        store's own ``schema`` option. ``relaxed``: a commit returns before it reaches the
+        disk (SQLite ``synchronous = NORMAL``, PostgreSQL ``synchronous_commit = off``): a
+        crash of the machine may lose the last commits, never the database. Only for
+        writes that can be made again (the deliverer's: ``handrail.notify.outbox``).
         """
         if postgres is not None:
             import psycopg
@@ -118,11 +153,25 @@ class ServerDB:
             if schema is not None:
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
                 conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-            return cls(conn, postgres=True)
-        if db_path is None:
+            if relaxed:
+                conn.execute("SET synchronous_commit = off")
+            found = cls(conn, postgres=True)
+        elif db_path is None:
             raise ValueError("ServerDB.open needs db_path or postgres")
-        conn = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None, timeout=30)
-        return cls(conn, postgres=False)
+        else:
+            conn = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None, timeout=30)
+            if relaxed:
+                conn.execute("PRAGMA synchronous = NORMAL")
+            found = cls(conn, postgres=False)
+        found._opened = {"db_path": db_path, "postgres": postgres, "schema": schema}
+        return found
+
+    def another(self, *, relaxed: bool = False) -> ServerDB:
+        """A second connection to the same database (this one when it was not made by
+        :meth:`open`); ``relaxed`` as :meth:`open` takes it."""
+        if self._opened is None:
+            return self
+        return ServerDB.open(**self._opened, relaxed=relaxed)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; return the number of rows it changed."""
@@ -136,23 +185,34 @@ class ServerDB:
             cursor = self._conn.execute(self._sql(sql), tuple(params))
             return [tuple(row) for row in cursor.fetchall()]
 
-    def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
-        """Run ``statements`` (SQL and parameters) in one transaction: all of them or, on
-        an error, none; the rows each changed."""
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """One transaction on this connection (others wait): all of what runs in it, or, on
+        an error, none of it.
+
+        Example::
+
+            with db.transaction() as tx:
+                tx.execute("UPDATE handrail_server_keys SET value = ? WHERE name = ?", ("v", "k"))
+        """
         with self._lock:
             if self._postgres:
                 with self._conn.transaction():
-                    return [
-                        int(self._conn.execute(self._sql(q), tuple(p)).rowcount or 0) for q, p in statements
-                    ]
+                    yield Transaction(self._conn, self._sql)
+                return
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                counts = [int(self._conn.execute(q, tuple(p)).rowcount or 0) for q, p in statements]
+                yield Transaction(self._conn, self._sql)
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
-            return counts
+
+    def batch(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
+        """Run ``statements`` (SQL and parameters) in one transaction: all of them or, on
+        an error, none; the rows each changed."""
+        with self.transaction() as tx:
+            return [tx.execute(q, p) for q, p in statements]
 
     def close(self) -> None:
         """Close the connection."""
