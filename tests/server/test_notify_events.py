@@ -5,6 +5,7 @@ and a feed trim that never drops a notice an endpoint has not taken yet."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -344,3 +345,53 @@ def test_random_webhook_bodies_never_give_a_500(hooks_client: Any, body: Any) ->
     client, headers = hooks_client
     reply = client.post("/handrail/webhooks", json=body, headers=headers)
     assert reply.status_code in (201, 400, 422), reply.text
+
+
+async def test_a_sighup_reload_puts_the_files_endpoints_in_use_and_drops_the_ones_it_no_longer_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from handrail.server.db import ServerDB
+    from handrail.server.reload import PolicyReload
+
+    monkeypatch.setenv("HOOK_SECRET", SECRET)
+    path = tmp_path / "handrail.toml"
+    policy = "[agents.sql.interrupt_on]\nexecute_sql = true\n\n"
+
+    def hook(name: str) -> str:
+        return (
+            f'[notifications.webhooks.{name}]\nurl = "https://{name}.example/h"\nsecret_env = "HOOK_SECRET"\n'
+        )
+
+    path.write_text(policy + hook("ops"))
+    db_path = tmp_path / "h.db"
+    agent = served_agent.build(SqliteSaver(db_path))
+    app = create_app(
+        {"sql": agent},
+        db=ServerDB.open(db_path=db_path),
+        sweep_every=None,
+        deliver_concurrency=0,
+        notifications=load_policy_file(path).notifications,
+    )
+    service = app.state.service
+    said = io.StringIO()
+    reloading = PolicyReload(path, {"sql": agent}, Console(file=said), service.use_agents, notify=service)
+    async with app.router.lifespan_context(app):
+        assert [e.id for e in service.outbox.endpoints()] == ["file:webhook:ops"]
+        path.write_text(policy + hook("audit"))
+        assert reloading.reload()
+        await asyncio.gather(*reloading._tasks)
+        assert [e.id for e in service.outbox.endpoints()] == ["file:webhook:audit"]
+        path.write_text(
+            policy + '[notifications.webhooks.bad]\nurl = "ftp://x"\nsecret_env = "HOOK_SECRET"\n'
+        )
+        assert not reloading.reload()  # a bad file changes nothing
+        assert [e.id for e in service.outbox.endpoints()] == ["file:webhook:audit"]
+        assert "not reloaded" in said.getvalue() and "url" in said.getvalue()
+        path.write_text(policy)
+        assert reloading.reload()
+        await asyncio.gather(*reloading._tasks)
+        assert service.outbox.endpoints() == []
