@@ -243,6 +243,10 @@ class Deliverer:
                 try:
                     added, started = await self.run_once()
                     busy = bool(added or started or self._more)
+                except RuntimeError as exc:
+                    if "after shutdown" in str(exc):  # the process is exiting: its threads are gone
+                        return
+                    log.exception("a delivery round failed; the next one tries again")
                 except Exception:
                     log.exception("a delivery round failed; the next one tries again")
                 if not busy:
