@@ -16,6 +16,7 @@ import pytest
 import served_agent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_webhooks import Served, client  # noqa: F401 (client: a fixture)
 
 from conftest import Backend
 from handrail import Command, HumanInTheLoopMiddleware, ScriptedModel, create_agent, tool
@@ -183,30 +184,10 @@ def test_any_notifications_table_is_used_or_refused_by_key_never_a_crash(table: 
         assert all(e.events and set(e.events) <= set(EVENT_TYPES) for e in parsed.endpoints)
 
 
-class Served:
-    def __init__(self, backend: Backend) -> None:
-        self.agent = served_agent.build(backend.saver())
-        self.app = create_app(
-            {"sql": self.agent}, db=backend.server_db(), sweep_every=None, deliver_concurrency=0
-        )
-        self.tokens = self.app.state.service.tokens
-
-    def token(self, name: str, *roles: str, scopes: tuple[str, ...] = ("run", "review")) -> dict[str, str]:
-        _, token = self.tokens.create(name, list(roles), list(scopes))
-        return {"Authorization": f"Bearer {token}"}
-
-
 @pytest.fixture
 async def served(backend: Backend) -> AsyncIterator[Served]:
-    found = Served(backend)
+    found = Served(backend, deliver_concurrency=0)
     async with found.app.router.lifespan_context(found.app):
-        yield found
-
-
-@pytest.fixture
-async def client(served: Served) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=served.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://handrail.test") as found:
         yield found
 
 

@@ -40,6 +40,10 @@ class Served:
         _, token = self.tokens.create(name, list(roles), list(scopes))
         return {"Authorization": f"Bearer {token}"}
 
+    def people(self) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """Headers of an admin, of the application that runs the agent, and of a dba."""
+        return self.token("root", scopes=("admin",)), self.token("app"), self.token("dana", "dba")
+
 
 @pytest.fixture
 async def served(backend: Backend) -> AsyncIterator[Served]:
@@ -98,11 +102,7 @@ async def add_hook(
 async def test_a_review_and_its_decision_are_delivered_signed_with_the_payload_and_links(
     served: Served, client: httpx.AsyncClient
 ) -> None:
-    admin, app, dba = (
-        served.token("root", scopes=("admin",)),
-        served.token("app"),
-        served.token("dana", "dba"),
-    )
+    admin, app, dba = served.people()
     with receiving() as receiver:
         hook = await add_hook(
             client, admin, receiver.url, "review.requested", "review.decided", "run.finished"
@@ -244,11 +244,7 @@ async def test_a_receiver_that_answers_410_gone_gets_no_more_attempts(
 async def test_a_receiver_that_hangs_delays_neither_answers_nor_other_endpoints(
     served: Served, client: httpx.AsyncClient
 ) -> None:
-    admin, app, dba = (
-        served.token("root", scopes=("admin",)),
-        served.token("app"),
-        served.token("dana", "dba"),
-    )
+    admin, app, dba = served.people()
     with receiving(hang_first=10**6) as stuck, receiving() as healthy:
         await add_hook(client, admin, stuck.url, "review.requested", "review.decided")
         hook = await add_hook(client, admin, healthy.url, "review.requested", "review.decided")

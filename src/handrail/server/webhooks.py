@@ -156,8 +156,7 @@ async def add_webhook(
         secret = check_secret(payload.secret) if payload.secret is not None else None
     except ValueError as exc:
         raise Problem(422, str(exc)) from None
-    assert service.live is not None
-    start = await service.live.end()
+    start = await service.store.afeed_end()  # it receives what is committed from now on
     made = await asyncio.to_thread(
         outbox.add_endpoint, "webhook", url, events, start_after=start, secret=secret
     )
