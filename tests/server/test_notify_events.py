@@ -16,7 +16,7 @@ import pytest
 import served_agent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_webhooks import Served, client  # noqa: F401 (client: a fixture)
+from test_webhooks import Served, served_client
 
 from conftest import Backend
 from handrail import Command, HumanInTheLoopMiddleware, ScriptedModel, create_agent, tool
@@ -188,6 +188,12 @@ def test_any_notifications_table_is_used_or_refused_by_key_never_a_crash(table: 
 async def served(backend: Backend) -> AsyncIterator[Served]:
     found = Served(backend, deliver_concurrency=0)
     async with found.app.router.lifespan_context(found.app):
+        yield found
+
+
+@pytest.fixture
+async def client(served: Served) -> AsyncIterator[httpx.AsyncClient]:
+    async with served_client(served) as found:
         yield found
 
 

@@ -53,10 +53,14 @@ async def served(backend: Backend) -> AsyncIterator[Served]:
         yield found
 
 
+def served_client(served: Served) -> httpx.AsyncClient:
+    """An HTTP client of the served app (in the process, no network)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=served.app), base_url="http://handrail.test")
+
+
 @pytest.fixture
 async def client(served: Served) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=served.app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://handrail.test") as found:
+    async with served_client(served) as found:
         yield found
 
 
