@@ -398,3 +398,20 @@ async def test_attempts_that_finish_while_a_round_is_recorded_are_all_recorded_o
     assert sorted(sent) == sorted(d.id for d in made)  # each sent once
     assert {d.attempts for d in outbox.deliveries(limit=100)} == {1}
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], caplog.text
+
+
+async def test_the_log_drops_old_delivered_and_failed_deliveries_never_pending_ones(backend: Backend) -> None:
+    from handrail.notify.events import example_event
+
+    outbox = Outbox(backend.server_db())
+    endpoint = outbox.add_endpoint("webhook", "http://127.0.0.1:9/h", ["review.requested"], start_after=None)
+    made = [outbox.add_test(endpoint.id, example_event(PUBLIC, endpoint.id)) for _ in range(3)]
+    claimed = outbox.claim("me", limit=2)
+    outbox.finish(
+        [(claimed[0], Sent(True, code=204)), (claimed[1], Sent(False, code=500, retry=False))], "me"
+    )
+    deliverer = Deliverer(outbox, None, public_url=PUBLIC, channels={}, retention=-1.0)  # all of it is old
+    await deliverer._prune()
+    left = outbox.deliveries()
+    assert [d.id for d in left] == [d.id for d in made if d.id not in {c.id for c in claimed}]
+    assert left[0].status == "pending"

@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,11 +36,13 @@ from handrail.notify.events import TEST_EVENT, Event, event_of
 from handrail.notify.outbox import LEASE, RETRY_FOR, Outbox
 from handrail.server.db import ServerDB
 
-__all__ = ["Deliverer", "default_channels"]
+__all__ = ["RETENTION", "Deliverer", "default_channels"]
 
 log = logging.getLogger("handrail.notify")
 
 _FEED_BATCH = 500  # notices read at once while expanding
+RETENTION = 7 * 24 * 3600.0
+"""Seconds the delivery log keeps a delivered or failed delivery (the feed's own retention)."""
 
 
 def default_channels(db: ServerDB, *, slack_api_url: str | None = None) -> dict[str, Channel]:
@@ -83,6 +86,7 @@ class Deliverer:
         retry_for: float = RETRY_FOR,
         backoff_base: float = 2.0,
         lease: float = LEASE,
+        retention: float = RETENTION,
     ) -> None:
         self.outbox = outbox
         self.store = store
@@ -93,6 +97,8 @@ class Deliverer:
         self.retry_for = retry_for
         self.backoff_base = backoff_base
         self.lease = lease
+        self.retention = retention
+        self._pruned_at = 0.0  # when the log was last pruned (monotonic seconds; 0: never)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._inflight: set[asyncio.Task[None]] = set()
         self._results: list[tuple[Delivery, Sent]] = []  # finished attempts not recorded yet
@@ -239,6 +245,7 @@ class Deliverer:
         try:
             while stop is None or not stop.is_set():
                 self._woken.clear()
+                await self._prune()
                 busy = False
                 try:
                     added, started = await self.run_once()
@@ -254,6 +261,16 @@ class Deliverer:
                         await asyncio.wait_for(self._woken.wait(), self.poll)
         finally:
             await self.close()
+
+    async def _prune(self) -> None:
+        """Once an hour: drop what the log delivered or failed more than ``retention`` ago."""
+        if self._pruned_at and time.monotonic() - self._pruned_at < 3600:
+            return
+        self._pruned_at = time.monotonic()
+        try:
+            await asyncio.to_thread(self.outbox.prune, time.time() - self.retention)
+        except Exception:
+            log.warning("could not prune the delivery log; the next hour tries again", exc_info=True)
 
     async def close(self) -> None:
         """Stop the attempts in flight (their leases run out; another deliverer retries) and

@@ -20,7 +20,8 @@ The rules this module keeps:
   jitter (:func:`backoff`), until ``retry_for`` seconds after the delivery was made (or
   last retried by hand); then it is ``failed``. :meth:`Outbox.retry` sends a failed one
   again, with the same id.
-- A removed endpoint receives nothing more; its deliveries stay in the log.
+- A removed endpoint receives nothing more; its deliveries stay in the log, which keeps
+  what was delivered or failed for a week (``Deliverer(retention=...)``), then drops it.
 - **The deliverer's writes need not wait for the disk** (``ServerDB.open(relaxed=True)``):
   each can be made again. A crash of the machine that loses a turn of the feed loses the
   cursor's move with it (the notices are turned again); one that loses a claim or an
@@ -373,6 +374,13 @@ class Outbox:
         again = self.delivery(delivery_id)
         assert again is not None
         return again
+
+    def prune(self, before: float) -> int:
+        """Drop the log's delivered and failed deliveries made before ``before`` (epoch
+        seconds); how many. Pending ones stay, however old."""
+        return self.db.execute(
+            "DELETE FROM handrail_server_deliveries WHERE status <> 'pending' AND created_at < ?", (before,)
+        )
 
     def delivery(self, delivery_id: str) -> Delivery | None:
         """One delivery by its id."""
