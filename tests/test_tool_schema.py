@@ -141,3 +141,18 @@ def test_names_pydantic_refuses_warns_about_or_reads_still_go_through_pydantic()
     assert shadowing._plain is None
     configured = Tool(_function([("model_config", str, inspect.Parameter.empty, None)]), name="run")
     assert configured._plain is None and "model_config" not in configured.json_schema.get("properties", {})
+
+
+def test_a_tool_name_with_a_trailing_newline_is_refused() -> None:
+    """A defect: the name check matched up to a ``$``, which also matches before a final
+    newline, so ``"evil\\n"`` was taken as a tool name."""
+    from handrail import Tool
+
+    def f() -> str:
+        """Do it."""
+        return "done"
+
+    for bad in ("evil\n", "evil\r\n", "a b", "x" * 129):
+        with pytest.raises(ValueError, match="is not valid"):
+            Tool(f, name=bad)
+    assert Tool(f, name="fine.name:1-2_x").name == "fine.name:1-2_x"

@@ -35,7 +35,7 @@ __all__ = ["Tool", "ToolArgumentsError", "coerce_tool", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 class ToolArgumentsError(ValueError):
@@ -74,7 +74,7 @@ class Tool:
             raise TypeError(f"a tool needs a callable, got {type(func).__name__}")
         self.func = func
         resolved = name or getattr(func, "__name__", "")
-        if not isinstance(resolved, str) or not _NAME_RE.match(resolved):
+        if not isinstance(resolved, str) or not _NAME_RE.fullmatch(resolved):
             raise ValueError(
                 f"tool name {resolved!r} is not valid: use 1-128 letters, digits, '_', '-', '.' or ':'"
             )
