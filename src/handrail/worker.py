@@ -176,7 +176,8 @@ class Worker:
             while not self._stopping:
                 await self._take_all()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.poll)
+                    async with asyncio.timeout(self.poll):  # not wait_for: it can drop a cancel on 3.11
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 self._wake.clear()

@@ -50,7 +50,8 @@ class QueueSignal:
         with self._changed:
             self._waiters.append(entry)
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can drop a cancel on 3.11
+                await future
         except TimeoutError:
             pass
         finally:

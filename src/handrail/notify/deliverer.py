@@ -257,8 +257,12 @@ class Deliverer:
                 except Exception:
                     log.exception("a delivery round failed; the next one tries again")
                 if not busy:
+                    # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose wait ends as
+                    # the task is cancelled can drop the cancel, and a stopping service then
+                    # waits for this loop for ever (seen in the tests)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._woken.wait(), self.poll)
+                        async with asyncio.timeout(self.poll):
+                            await self._woken.wait()
         finally:
             await self.close()
 

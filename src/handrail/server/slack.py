@@ -428,7 +428,8 @@ def _later(work: Coroutine[Any, Any, None]) -> None:
 
     async def bounded() -> None:
         try:
-            await asyncio.wait_for(work, _LATER_SECONDS)
+            async with asyncio.timeout(_LATER_SECONDS):  # not wait_for: it can drop a cancel on 3.11
+                await work
         except Exception:
             log.warning("a Slack call after an answer failed", exc_info=True)
 
