@@ -164,3 +164,34 @@ def _memory() -> Any:
     from handrail import InMemorySaver
 
     return InMemorySaver()
+
+
+def test_a_policy_file_gates_mcp_tools_by_their_prefixed_names(tmp_path: Path, ledger: Ledger) -> None:
+    """docs/mcp.md says a policy file names MCP tools as any tool, prefix included, with its
+    allowed decisions: judged by what reached the server."""
+    from handrail import InMemorySaver, ScriptedModel, create_agent
+
+    first, second = fresh_id(), fresh_id()
+    path = tmp_path / "handrail.toml"
+    path.write_text(
+        '[agents.notes.interrupt_on]\nn_delete_note = { allowed_decisions = ["approve", "reject"] }\n'
+    )
+    with load_tools_sync(command=upstream_command(), env=ledger.env, name="n", prefix=True) as tools:
+        script = [turn(call("n_delete_note", "a", note_id=first), call("n_delete_note", "b", note_id=second))]
+        agent = create_agent(
+            ScriptedModel([*script, {"content": "done"}]),
+            tools=tools,
+            checkpointer=InMemorySaver(),
+            name="notes",
+            policy_file=path,
+        )
+        (pending,) = agent.invoke({"messages": ["delete both"]}, config("t-file"))["__interrupt__"]
+        assert [r["name"] for r in pending.value["action_requests"]] == ["n_delete_note", "n_delete_note"]
+        assert ledger.runs("delete_note", note_id=first) == ledger.runs("delete_note", note_id=second) == []
+        edit = {"type": "edit", "edited_action": {"name": "n_delete_note", "args": {"note_id": "other"}}}
+        with pytest.raises(InvalidDecisionError):  # the file allows approve and reject only
+            agent.invoke(Command(resume={pending.id: {"decisions": [edit, edit]}}), config("t-file"))
+        answer = {"decisions": [{"type": "approve"}, {"type": "reject", "message": "not that one"}]}
+        agent.invoke(Command(resume={pending.id: answer}), config("t-file"))
+    assert len(ledger.runs("delete_note", note_id=first)) == 1
+    assert ledger.runs("delete_note", note_id=second) == []
