@@ -31,7 +31,7 @@ from handrail.messages import SystemMessage
 from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
-from handrail.runtime import inbox, loop, maintenance, reading
+from handrail.runtime import answering, inbox, loop, maintenance, reading
 from handrail.runtime.effects import Env, drive_async, drive_sync, takes
 from handrail.runtime.inbox import InterruptPage, PendingInterrupt
 from handrail.runtime.spec import AgentSpec
@@ -438,6 +438,53 @@ class Agent:
             return sorted((await self._run_async(env, request)).recorded)
         except ConflictError:
             return []
+
+    def withdraw(
+        self,
+        thread_id: str,
+        *,
+        reason: str,
+        interrupt_ids: Sequence[str] = (),
+        by: Any = None,
+        channel: str = "withdrawn",
+    ) -> list[str]:
+        """Take back pending reviews of ``thread_id`` (all of them, or ``interrupt_ids``):
+        every call they hold is rejected with ``reason``, recorded with ``by`` and
+        ``channel``, without running anything; returns the ids withdrawn (none when they
+        were answered first). For whoever asked, not for reviewers: it can only reject.
+        The MCP gateway withdraws the review of a call its client cancelled.
+
+        Example::
+
+            agent.withdraw("some_id", reason="the client cancelled the call")
+        """
+        env, request = self._withdrawal_run(thread_id, reason, interrupt_ids, by, channel)
+        return sorted(self._run_sync(env, request).recorded)
+
+    async def awithdraw(
+        self,
+        thread_id: str,
+        *,
+        reason: str,
+        interrupt_ids: Sequence[str] = (),
+        by: Any = None,
+        channel: str = "withdrawn",
+    ) -> list[str]:
+        """Async :meth:`withdraw`."""
+        env, request = self._withdrawal_run(thread_id, reason, interrupt_ids, by, channel)
+        return sorted((await self._run_async(env, request)).recorded)
+
+    def _withdrawal_run(
+        self, thread_id: str, reason: str, interrupt_ids: Sequence[str], by: Any, channel: str
+    ) -> tuple[Env, loop.RunRequest]:
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInputError("withdraw needs a reason: a non-empty string")
+        if isinstance(interrupt_ids, str) or not all(isinstance(i, str) for i in interrupt_ids):
+            raise InvalidInputError("interrupt_ids must be a list of interrupt ids")
+        withdrawal = answering.Withdrawal(reason, tuple(interrupt_ids), by, channel)
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "channel": channel}}
+        env, request = self._prepare_run(withdrawal, config, frozenset())
+        return env, request._replace(record_only=True)
 
     def _expiry_run(self, thread_id: str, now: float | None) -> tuple[Env, loop.RunRequest]:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "channel": "expiry"}}
@@ -1195,8 +1242,6 @@ def _checkpoint_of(config: RunnableConfig | None) -> str | None:
 def _grant_filter(
     thread_id: str | None, agent: str | None, tool: str | None, active: bool, limit: int, offset: int
 ) -> GrantFilter:
-    from handrail.runtime import answering
-
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInputError(f"limit must be an integer from 1 to 1000, got {limit!r}")
     if not isinstance(offset, int) or offset < 0:

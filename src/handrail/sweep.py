@@ -58,9 +58,13 @@ class Expired:
     expired_at: datetime
 
 
-async def asweep(agents: Mapping[str, Agent], *, now: float | None = None) -> list[Expired]:
+async def asweep(
+    agents: Mapping[str, Agent], *, now: float | None = None, unbound: bool = True
+) -> list[Expired]:
     """One pass over the pending reviews of ``agents`` (by assistant name): resolve each
-    whose expiry has passed at ``now`` (seconds since the epoch; default the clock's)."""
+    whose expiry has passed at ``now`` (seconds since the epoch; default the clock's).
+    ``unbound=False``: leave the threads bound to no agent alone (rule S2's first agent
+    takes them otherwise)."""
     if not agents:
         raise ConfigurationError("a sweep needs at least one agent")
     at = answering.now() if now is None else now
@@ -71,7 +75,7 @@ async def asweep(agents: Mapping[str, Agent], *, now: float | None = None) -> li
         if agent.checkpointer is None:
             raise ConfigurationError(f"agent {key!r} has no checkpointer: a sweep resolves stored reviews")
         mine = tuple(name for name, owner in names.items() if owner == key)
-        owners = ClaimFilter(ASSISTANT_KEY, mine, or_missing=key == first)
+        owners = ClaimFilter(ASSISTANT_KEY, mine, or_missing=unbound and key == first)
         lapsed: dict[str, list[tuple[str, datetime]]] = {}
         cursor = None
         while True:
@@ -93,13 +97,13 @@ def sweep(agents: Mapping[str, Agent], *, now: float | None = None) -> list[Expi
     return asyncio.run(asweep(agents, now=now))
 
 
-async def sweep_forever(agents: Mapping[str, Agent], every: float) -> None:
+async def sweep_forever(agents: Mapping[str, Agent], every: float, *, unbound: bool = True) -> None:
     """Sweep every ``every`` seconds until cancelled; a failed pass is logged, not fatal."""
     if not every > 0:
         raise ConfigurationError(f"a sweep interval must be above 0 seconds, got {every!r}")
     while True:
         try:
-            for expired in await asweep(agents):
+            for expired in await asweep(agents, unbound=unbound):
                 log.info(
                     "review %s of thread %s expired at %s",
                     expired.interrupt_id,

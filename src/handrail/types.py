@@ -135,6 +135,8 @@ class AuditEntry:
       decided, its ``reviewer`` who gave the last one;
     * an ``"answered"`` entry of ``kind`` ``"expired"`` (channel ``"expiry"``, no
       reviewer): nobody answered in time and the policy's ``on_expiry`` decided (rule 15);
+    * an ``"answered"`` entry of ``kind`` ``"withdrawn"``: whoever asked took the review
+      back (``Agent.withdraw``; the MCP gateway, when its client cancels): every call rejected;
     * ``"tool_started"`` - ``tool`` ran with ``args`` (what actually ran, after any edit,
       as the tool's schema read them: the values the tool got), ``proposed`` is the
       call as the model proposed it, ``value`` is ``{"run_id", "worker"}``: the run

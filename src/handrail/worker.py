@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from handrail.agent import Agent
 from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter
@@ -106,7 +106,11 @@ class Worker:
     share one); each also takes the threads bound to its own ``name``, and the first
     one the threads bound to no agent (rule W3).
     ``concurrency`` bounds the runs going at once; ``poll`` is how often (seconds) it
-    looks for work nobody woke it for.
+    looks for work nobody woke it for; ``on_finished`` (and each callable added to
+    ``worker.finished``) is called with the thread id after each run it made ends,
+    however it ended (on the worker's event loop).
+    ``unbound=False``: take no thread bound to no agent (a host of agents that are not
+    the application's own, as the MCP gateway's).
 
     Example::
 
@@ -116,7 +120,15 @@ class Worker:
         await worker.stop()      # stop taking work, let the runs going finish
     """
 
-    def __init__(self, agents: Mapping[str, Agent], *, concurrency: int = 8, poll: float = 1.0) -> None:
+    def __init__(
+        self,
+        agents: Mapping[str, Agent],
+        *,
+        concurrency: int = 8,
+        poll: float = 1.0,
+        on_finished: Callable[[str], None] | None = None,
+        unbound: bool = True,
+    ) -> None:
         if not agents:
             raise ConfigurationError("a worker needs at least one agent to host")
         if concurrency < 1:
@@ -132,7 +144,7 @@ class Worker:
         first = next(iter(agents))
         names = hosted_names(agents)
         self._groups = [
-            _Group(store, members, names, first if first in members else None)
+            _Group(store, members, names, first if unbound and first in members else None)
             for store, members in groups.values()
         ]
         self.concurrency = concurrency
@@ -142,6 +154,7 @@ class Worker:
         self._stopping = False
         self._full = False  # the last look stopped at the concurrency limit: there may be more
         self.ran = 0  # runs finished (for logs and tests)
+        self.finished: list[Callable[[str], None]] = [on_finished] if on_finished is not None else []
 
     def use_agents(self, agents: Mapping[str, Agent]) -> None:
         """Host ``agents`` from now on in place of the agents it hosts (a policy reload,
@@ -217,7 +230,7 @@ class Worker:
             try:
                 return await agent.arun_claimed(thread_id, run_id)
             finally:
-                self.ran += 1
+                self._finished(thread_id)
         return None
 
     async def _take_all(self) -> None:
@@ -257,10 +270,18 @@ class Worker:
         except Exception:  # rule W4: its thread says why; the worker goes on
             log.exception("the run of thread %r stopped with an error", thread_id)
         finally:
-            self.ran += 1
+            self._finished(thread_id)
             self._running.pop(f"{thread_id}\x00{run_id}", None)
             if self._full:
                 self.wake()  # room for one of those left waiting
+
+    def _finished(self, thread_id: str) -> None:
+        self.ran += 1
+        for listener in self.finished:
+            try:
+                listener(thread_id)
+            except Exception:
+                log.exception("a listener of finished runs failed for thread %r", thread_id)
 
     async def _listen(self, group: _Group) -> None:
         """Wake the loop whenever the store says a thread may have been queued."""

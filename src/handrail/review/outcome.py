@@ -30,6 +30,7 @@ __all__ = [
     "call_digest",
     "call_outcome",
     "expired_message",
+    "withdrawn_message",
 ]
 
 
@@ -44,8 +45,9 @@ class Answer(NamedTuple):
     """An answer in the log, bound to the one tool call it decides.
 
     ``kind`` is ``"review"`` (an answer to the gate's review of the call),
-    ``"outcome_unknown"`` (an answer to rule 9's question) or ``"expired"`` (the
-    review's expiry decided it, rule 15); ``source`` names who raised the review;
+    ``"outcome_unknown"`` (an answer to rule 9's question), ``"expired"`` (the
+    review's expiry decided it, rule 15) or ``"withdrawn"`` (its asker took it back);
+    ``source`` names who raised the review;
     ``digest`` is :func:`call_digest` of the call the reviewer saw; ``action``, for
     ``outcome_unknown``, is the call as it was started (what ``approve`` runs again);
     ``terms`` the call's review terms when not the defaults (``CallTerms`` as a dict);
@@ -82,14 +84,18 @@ def answers_from(
     terms: Any = None,
     approvers: Mapping[str, tuple[Any, ...]] | None = None,
     expired: frozenset[str] = frozenset(),
+    withdrawn: bool = False,
 ) -> list[Answer]:
     """The answers one ``resume`` event gives to tool calls: one per call the review asked
     about. A review of another shape (an ``interrupt()`` of your own) decides no call.
 
     ``terms``: the review's; ``approvers``: who approved each call, for a review that
-    counted approvals; ``expired``: the calls the review's expiry decided.
+    counted approvals; ``expired``: the calls the review's expiry decided; ``withdrawn``:
+    the asker took the review back (``runtime.answering.Withdrawal``).
     """
     out = _bound(interrupt_id, kind, source, value, answer, reviewer, seq)
+    if withdrawn:
+        out = [bound._replace(kind="withdrawn") if bound.kind == "review" else bound for bound in out]
     if terms is None and approvers is None and not expired:
         return out
     return [
@@ -232,6 +238,18 @@ def _answered(
         return None  # the call changed since the reviewer saw it: ask again
     decision = answer.decision
     kind = decision.get("type")
+    if answer.kind == "withdrawn":  # the asker took it back: never run, whoever withdrew it
+        marker = {"lc_source": DECISION_SOURCE, "lc_data": {"decision": "withdrawn"}}
+        reason = decision.get("message")
+        return Result(
+            ToolMessage(
+                withdrawn_message(name, call_id, reason if isinstance(reason, str) else None),
+                tool_call_id=call_id,
+                name=name,
+                status="error",
+                additional_kwargs=marker,
+            )
+        )
     if answer.kind == "expired":  # rule 15: nobody answered; the policy's on_expiry decides
         if kind == "approve":
             return Run(call)
@@ -309,6 +327,15 @@ def expired_message(name: str, call_id: str) -> str:
         f"The review of the tool call for `{name}` (id {call_id}) expired before anyone answered it, "
         "so the tool was not executed. No person rejected it: it simply was not approved in time. "
         "Do not retry it unless the user asks you to."
+    )
+
+
+def withdrawn_message(name: str, call_id: str, reason: str | None) -> str:
+    """The ``ToolMessage`` text of a call whose review its asker withdrew."""
+    why = f": {reason}" if reason else ""
+    return (
+        f"The review of the tool call for `{name}` (id {call_id}) was withdrawn before anyone "
+        f"answered it{why}. The tool was not executed."
     )
 
 

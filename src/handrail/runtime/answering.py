@@ -15,6 +15,11 @@ Rule 15 - Expiry: a review whose expiry has passed cannot be answered
     (:class:`~handrail.errors.ReviewExpiredError`, naming when it expired); the expiry
     resolves it (:func:`expiry_events`: by ``invoke(None, config)``, the sweeper).
 
+A review may also be withdrawn by whoever asked for it (:class:`Withdrawal`: an MCP
+client that cancelled its call, ``handrail.mcp``): every call it holds, decided by votes
+or not, is rejected with the reason given, channel and withdrawer recorded. A withdrawal
+can only reject, so it needs no reviewer's role; it never makes anything run.
+
 The gate checks the same terms again where the call runs (``handrail.review.outcome``).
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +42,16 @@ from handrail.runtime.fold import InterruptRecord, ThreadFold
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec
 
-__all__ = ["CLOCK", "answer_events", "expired_reviews", "expiry_events", "now", "refuse_expired"]
+__all__ = [
+    "CLOCK",
+    "Withdrawal",
+    "answer_events",
+    "expired_reviews",
+    "expiry_events",
+    "now",
+    "refuse_expired",
+    "withdrawal_events",
+]
 
 CLOCK: Callable[[], float] = time.time
 """The clock expiry is read by (seconds since the epoch): a test may set it, to be an
@@ -247,3 +262,36 @@ def expiry_events(fold: ThreadFold, records: list[InterruptRecord]) -> list[Even
     if not answers:
         return []
     return [Event("resume", {"answers": answers, "channel": "expiry", "expired": expired})]
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """A run's input that withdraws pending reviews: every call of each is rejected with
+    ``message`` (``interrupt_ids`` empty: every pending review of the gate's own asking).
+    ``by`` is who withdrew (recorded as the answer's reviewer), ``channel`` how."""
+
+    message: str
+    interrupt_ids: tuple[str, ...] = ()
+    by: Any = None
+    channel: str = "withdrawn"
+
+
+def withdrawal_events(pending: Mapping[str, InterruptRecord], withdrawal: Withdrawal) -> list[Event]:
+    """The ``resume`` that withdraws the reviews ``withdrawal`` names (those still pending)."""
+    chosen = withdrawal.interrupt_ids or tuple(pending)
+    answers: dict[str, Any] = {}
+    for interrupt_id in chosen:
+        record = pending.get(interrupt_id)
+        if record is None or record.kind != "interrupt":
+            continue
+        counts = count_votes(record.value, record.terms, [])
+        rejected = [c._replace(decision={"type": "reject", "message": withdrawal.message}) for c in counts]
+        answers[record.id] = settled_answer(record.value, rejected)
+    if not answers:
+        return []
+    data: dict[str, Any] = {"answers": answers}
+    if withdrawal.by is not None:
+        data["reviewer"] = withdrawal.by
+    data["channel"] = withdrawal.channel
+    data["withdrawn"] = True
+    return [Event("resume", data)]

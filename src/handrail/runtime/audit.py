@@ -77,7 +77,15 @@ class TrailReader:
                 ),
             ]
         if event.kind == "resume":
-            kind = "expired" if data.get("channel") == "expiry" else "quorum" if data.get("quorum") else None
+            kind = (
+                "expired"
+                if data.get("channel") == "expiry"
+                else "withdrawn"
+                if data.get("withdrawn")
+                else "quorum"
+                if data.get("quorum")
+                else None
+            )
             for interrupt_id in data["answers"]:
                 self.votes.pop(interrupt_id, None)
             return [

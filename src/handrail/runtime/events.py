@@ -19,9 +19,11 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
 ``approval``      one vote on a review that counts approvals (rule 14), which stays
                   pending: ``{"interrupt", "answer", "reviewer"?, "channel"}``
 ``resume``        answers arrived: ``{"answers": {interrupt_id: value}, "reviewer",
-                  "channel", "quorum"?, "expired"?}``; ``quorum``: the answers are what
-                  the votes decided (``handrail.review.quorum``); ``expired``: the calls
-                  whose review expired unanswered (channel ``expiry``, rule 15)
+                  "channel", "quorum"?, "expired"?, "withdrawn"?}``; ``quorum``: the
+                  answers are what the votes decided (``handrail.review.quorum``);
+                  ``expired``: the calls whose review expired unanswered (channel
+                  ``expiry``, rule 15); ``withdrawn``: the asker took the reviews back,
+                  every call rejected (``answering.Withdrawal``)
 ``tools_planned`` a tools step is about to run these calls: ``{"calls", "run_id",
                   "worker"?}`` (``worker``: the process, ``host:pid``); saved
                   before any of them can act, so a call of a run that died before its

@@ -430,6 +430,7 @@ class ThreadFold:
                 terms=record.terms,
                 approvers=approvers,
                 expired=expired,
+                withdrawn=bool(data.get("withdrawn")),
             ):
                 self.decided[answer.call_id] = answer
 

@@ -304,6 +304,8 @@ def start_events(
         pending[record.id] = record
     if run_input is None:  # rule 15: a review whose expiry passed resolves now
         return [*recovered, *answering.expiry_events(fold, answering.expired_reviews(fold, now))]
+    if isinstance(run_input, answering.Withdrawal):  # the asker takes its reviews back: all rejected
+        return [*recovered, *answering.withdrawal_events(pending, run_input)]
     if isinstance(run_input, Command):
         events: list[Event] = []
         if run_input.update is not None:

@@ -52,6 +52,7 @@ def create_app(
     public_url: str = "http://127.0.0.1:8123",
     deliver_concurrency: int = 16,
     channels: Mapping[str, Channel] | None = None,
+    unbound: bool = True,
 ) -> FastAPI:
     """The service's ASGI app for ``agents`` (assistant id -> agent, each with its store).
 
@@ -74,6 +75,10 @@ def create_app(
     none here; leave it to ``handrail deliver``), through ``channels`` (default: webhooks,
     email, and Slack once set up). ``public_url`` is where reviewers reach this service:
     the links in what is sent.
+
+    ``unbound=False``: threads bound to no agent are not this service's (by default the
+    first agent owns them, as ``handrail.worker`` rule W3 says): the MCP gateway serves
+    only its own.
     """
     if sweep_every is not None and not sweep_every > 0:
         raise ValueError(f"sweep_every is a number of seconds above 0 (or None), got {sweep_every!r}")
@@ -83,9 +88,10 @@ def create_app(
         if agent.checkpointer is None:
             raise ValueError(f"agent {name!r} has no checkpointer: the service keeps threads in a store")
     service = Service(dict(agents), db)
+    service.unbound = unbound
     registry = RunRegistry()
     service.runs = registry
-    service.worker = Worker(agents, concurrency=max(1, worker_concurrency), poll=worker_poll)
+    service.worker = Worker(agents, concurrency=max(1, worker_concurrency), poll=worker_poll, unbound=unbound)
     service.runs_answers = worker_concurrency > 0
     service.public_url = (notifications.public_url if notifications else None) or public_url
     service.outbox = Outbox(db)
@@ -249,7 +255,7 @@ async def _sweep(service: Service, every: float) -> None:
     """The sweeper inside the service: expired reviews resolve, and this worker runs them."""
     while True:
         try:
-            if await asweep(service.agents):
+            if await asweep(service.agents, unbound=service.unbound):
                 service.worker.wake()
                 if service.live is not None:
                     service.live.poke()

@@ -94,6 +94,7 @@ class Service:
     runs: Any = None  # runs.RunRegistry, set by create_app
     live: Any = None  # events.LiveFeed, set by create_app
     worker: Any = None  # handrail.worker.Worker, set by create_app
+    unbound: bool = True  # whether threads bound to no agent are the first agent's (create_app)
     runs_answers: bool = True  # whether this process runs queued threads (``--concurrency 0``: no)
     outbox: Any = None  # handrail.notify.outbox.Outbox, set by create_app
     deliverer: Any = None  # handrail.notify.deliverer.Deliverer when this process delivers
@@ -154,7 +155,7 @@ class Service:
     def owner_of(self, metadata: Mapping[str, Any]) -> str | None:
         """The key of the served agent a thread with this (logged) metadata belongs to, or None."""
         if ASSISTANT_KEY not in metadata:
-            return self.default_assistant
+            return self.default_assistant if self.unbound else None
         return self.key_of(metadata[ASSISTANT_KEY])
 
     def owners(self, assistant: str | None = None) -> ClaimFilter:
@@ -163,7 +164,9 @@ class Service:
         With ``assistant``, those of that one served agent only.
         """
         names = tuple(n for n, key in self.names.items() if assistant in (None, key))
-        return ClaimFilter(ASSISTANT_KEY, names, or_missing=assistant in (None, self.default_assistant))
+        return ClaimFilter(
+            ASSISTANT_KEY, names, or_missing=self.unbound and assistant in (None, self.default_assistant)
+        )
 
     async def locate(self, thread_id: str, *, fresh: bool = False) -> Located:
         """Where a thread stands; ``fresh``: read its binding from the store, not from memory."""
@@ -189,7 +192,7 @@ class Service:
         if row is None:
             return Located(False, None)
         if row.assistant_id == UNBOUND:
-            return Located(False, self.default_assistant, row)
+            return Located(False, self.default_assistant if self.unbound else None, row)
         return Located(False, row.assistant_id if row.assistant_id in self.agents else None, row)
 
     async def owner(self, thread_id: str, *, fresh: bool = False) -> tuple[str, Agent, ThreadRow | None]:
