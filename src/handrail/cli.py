@@ -45,7 +45,16 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from handrail import __version__, cli_grants, cli_policy, cli_slack, cli_sweep, cli_webhooks, review_cli
+from handrail import (
+    __version__,
+    cli_grants,
+    cli_mcp,
+    cli_policy,
+    cli_slack,
+    cli_sweep,
+    cli_webhooks,
+    review_cli,
+)
 from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import HandrailError
@@ -155,6 +164,7 @@ def _build_parser() -> argparse.ArgumentParser:
     cli_grants.add_commands(commands)  # grants list | revoke (handrail.cli_grants)
     cli_webhooks.add_commands(commands)  # webhooks ..., deliver (handrail.cli_webhooks)
     cli_slack.add_commands(commands)  # slack setup | users add|list|remove (handrail.cli_slack)
+    cli_mcp.add_commands(commands)  # mcp, mcp init: the MCP gateway (handrail.cli_mcp)
     return parser
 
 
@@ -187,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cli_slack.run(args, safe_console(highlight=False), StoreError)
         if args.command in cli_webhooks.COMMANDS:
             return cli_webhooks.run(args, safe_console(highlight=False), StoreError)
+        if args.command in cli_mcp.COMMANDS:
+            try:
+                return cli_mcp.run(args, StoreError)
+            except service_commands.CommandError as exc:
+                raise StoreError(str(exc)) from None
         if args.command in review_cli.COMMANDS or args.command in cli_grants.COMMANDS:
             runner = review_cli.run if args.command in review_cli.COMMANDS else cli_grants.run
             try:

@@ -197,6 +197,10 @@ class Connection:
             self._mark_stale(client)
             raise McpCallError(f"the call to {shown!r} on {where} failed: {_reason(exc)}") from None
 
+    async def client(self, shown: str) -> Client:
+        """The open session (connecting again after a crash), for a request named ``shown``."""
+        return await self._ready(shown)
+
     def _timed_out(self, shown: str) -> str:
         return (
             f"MCP server {self.name!r} did not answer the call to {shown!r} within {self.timeout:g} s; "

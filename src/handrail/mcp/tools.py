@@ -96,7 +96,7 @@ class McpTool(Tool):
         metadata: dict[str, Any],
         idempotent: bool,
         connection: Connection,
-        background: Background,
+        background: Background | None,
         owner: object,
     ) -> None:
         self.remote_name = remote_name
@@ -152,6 +152,8 @@ class McpTool(Tool):
         return await asyncio.wrap_future(self._submit(values, runtime))
 
     def _submit(self, values: Mapping[str, Any], runtime: ToolRuntime | None) -> Future[ToolMessage]:
+        if self._background is None:
+            raise McpCallError(f"{self.name!r} runs on the event loop that holds its session only")
         try:
             return self._background.submit(self._send(values, runtime))
         except McpError:
@@ -175,11 +177,12 @@ def build_tools(
     server: str,
     prefix: str,
     connection: Connection,
-    background: Background,
+    background: Background | None,
     owner: object,
     idempotent: frozenset[str],
     description_limit: int,
     schema_limit: int,
+    kind: type[McpTool] | None = None,
 ) -> tuple[list[McpTool], list[SkippedTool]]:
     """The handrail tools for what one server listed, and those left out with the reason."""
     tools: list[McpTool] = []
@@ -196,7 +199,7 @@ def build_tools(
             continue
         seen.add(name)
         tools.append(
-            McpTool(
+            (kind or McpTool)(
                 name=name,
                 remote_name=remote.name,
                 server=server,
