@@ -1,7 +1,8 @@
 """`make test`'s runner: set up the real parts the tests use, say what is missing, run pytest.
 
 The suite talks to real parts where users use real parts: a PostgreSQL server, PgBouncer,
-a headless Chromium, and Node with the LangGraph SDK and axe-core from the npm registry.
+a headless Chromium, and Node with the LangGraph SDK, the MCP SDK and axe-core from the npm
+registry.
 On a fresh clone nothing but Python is set up, so before pytest this script:
 
 1. finds PostgreSQL at ``$HANDRAIL_TEST_POSTGRES_DSN`` (default
@@ -11,7 +12,7 @@ On a fresh clone nothing but Python is set up, so before pytest this script:
 2. installs Debian's ``chromium`` and ``pgbouncer`` (and ``nodejs``/``npm``) with
    ``apt-get`` when they are missing and this process may (root, apt-get present);
 3. installs the pinned npm packages (``npm ci`` from each ``package-lock.json``) into the
-   folders the tests own, ``tests/server/js`` and ``tests/server/web/js``;
+   folders the tests own, ``tests/server/js``, ``tests/server/web/js`` and ``tests/mcp/js``;
 4. prints one line that says what could not be set up and which tests skip for it;
 5. runs pytest over the suite in parallel (pytest-xdist), with a summary of every skip.
 
@@ -40,6 +41,7 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 NPM_FOLDERS = {
     "tests/server/js": "@langchain/langgraph-sdk",
     "tests/server/web/js": "axe-core",
+    "tests/mcp/js": "@modelcontextprotocol/sdk",
 }
 
 
@@ -159,7 +161,10 @@ def set_up() -> list[str]:
     if why is not None:
         missing.append(f"PgBouncer ({why}): the store tests through PgBouncer skip")
     for folder, why in _npm_problems().items():
-        which = "the JavaScript SDK tests" if folder == "tests/server/js" else "the accessibility checks"
+        which = {
+            "tests/server/js": "the JavaScript SDK tests",
+            "tests/mcp/js": "the MCP gateway's TypeScript client tests",
+        }.get(folder, "the accessibility checks")
         missing.append(f"{folder} ({why}): {which} skip")
     return missing
 

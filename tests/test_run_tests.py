@@ -113,7 +113,7 @@ def test_a_database_missing_on_a_running_server_is_created(runner: ModuleType) -
 
 
 def test_the_npm_packages_are_pinned_by_lockfiles_in_the_repository() -> None:
-    for folder in ("tests/server/js", "tests/server/web/js"):
+    for folder in ("tests/server/js", "tests/server/web/js", "tests/mcp/js"):
         lock = ROOT / folder / "package-lock.json"
         assert lock.exists(), lock
         tracked = subprocess.run(
