@@ -59,6 +59,22 @@ async def decide_when_asked(
     return item
 
 
+async def decided_call(
+    setup: Setup, tool: str, args: dict[str, Any], decision: dict[str, Any]
+) -> tuple[Any, Any]:
+    """Call ``tool``, answer its review with ``decision`` while the call is held: (review, result)."""
+    async with http_client(setup.url, setup.agent_token) as client:
+        call = asyncio.create_task(client.call_tool(tool, args))
+        item = await decide_when_asked(setup.reviewer, tool, decision, **args)
+        return item, await call
+
+
+async def one_call(setup: Setup, tool: str, args: dict[str, Any], token: str | None = None) -> Any:
+    """One call of ``tool`` in a session of its own."""
+    async with http_client(setup.url, token or setup.agent_token) as client:
+        return await client.call_tool(tool, args)
+
+
 def test_tools_list_passes_the_upstream_tools_through_with_the_await_tool_added(setup: Setup) -> None:
     async def main() -> None:
         async with http_client(setup.url, setup.agent_token) as client:
@@ -76,11 +92,7 @@ def test_an_ungated_call_is_forwarded_at_once_with_its_structured_content(
 ) -> None:
     tag = f"t{fresh_id()}"
 
-    async def main() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            return await client.call_tool("note_stats", {"tag": tag})
-
-    result = anyio.run(main)
+    result = anyio.run(one_call, setup, "note_stats", {"tag": tag})
     assert not result.is_error and result.structured_content is not None
     assert set(result.structured_content) == {"count", "longest"}
     assert len(ledger.runs("note_stats", tag=tag)) == 1
@@ -92,13 +104,7 @@ def test_an_ungated_call_is_forwarded_at_once_with_its_structured_content(
 def test_an_approved_call_runs_once_and_returns_the_upstreams_result(setup: Setup, ledger: Ledger) -> None:
     text = f"approved {fresh_id()}"
 
-    async def main() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            call = asyncio.create_task(client.call_tool("write_note", {"text": text}))
-            item = await decide_when_asked(setup.reviewer, "write_note", {"type": "approve"}, text=text)
-            return item, await call
-
-    item, result = anyio.run(main)
+    item, result = anyio.run(decided_call, setup, "write_note", {"text": text}, {"type": "approve"})
     assert not result.is_error
     assert result.content[0].text.startswith("saved note")
     assert len(ledger.runs("write_note", text=text)) == 1
@@ -114,13 +120,7 @@ def test_an_edit_forwards_the_edited_arguments_and_says_so_first(setup: Setup, l
     asked, edited = f"draft {fresh_id()}", f"final {fresh_id()}"
     decision = {"type": "edit", "edited_action": {"name": "write_note", "args": {"text": edited}}}
 
-    async def main() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            call = asyncio.create_task(client.call_tool("write_note", {"text": asked}))
-            await decide_when_asked(setup.reviewer, "write_note", decision, text=asked)
-            return await call
-
-    result = anyio.run(main)
+    _, result = anyio.run(decided_call, setup, "write_note", {"text": asked}, decision)
     assert not result.is_error
     assert "replaced this tool call" in result.content[0].text and edited in result.content[0].text
     assert result.content[1].text.startswith("saved note")
@@ -131,13 +131,7 @@ def test_a_reject_returns_a_tool_error_saying_who_rejected_and_why(setup: Setup,
     note = fresh_id()
     decision = {"type": "reject", "message": "that note is still needed"}
 
-    async def main() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            call = asyncio.create_task(client.call_tool("delete_note", {"note_id": note}))
-            await decide_when_asked(setup.reviewer, "delete_note", decision, note_id=note)
-            return await call
-
-    result = anyio.run(main)
+    _, result = anyio.run(decided_call, setup, "delete_note", {"note_id": note}, decision)
     assert result.is_error
     text = result.content[0].text
     assert "that note is still needed" in text and "Rejected by alice via http" in text
@@ -148,13 +142,7 @@ def test_a_respond_returns_the_reviewers_message_as_the_result(setup: Setup, led
     note = fresh_id()
     decision = {"type": "respond", "message": f"note {note} is archived already"}
 
-    async def main() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            call = asyncio.create_task(client.call_tool("delete_note", {"note_id": note}))
-            await decide_when_asked(setup.reviewer, "delete_note", decision, note_id=note)
-            return await call
-
-    result = anyio.run(main)
+    _, result = anyio.run(decided_call, setup, "delete_note", {"note_id": note}, decision)
     assert not result.is_error and result.content[0].text == f"note {note} is archived already"
     assert ledger.runs("delete_note", note_id=note) == []
 
@@ -206,11 +194,7 @@ def test_an_approval_after_the_client_left_still_runs_once_and_waits_to_be_colle
 ) -> None:
     text = f"unattended {fresh_id()}"
 
-    async def call() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            return await client.call_tool("write_note", {"text": text})
-
-    pending = anyio.run(call)
+    pending = anyio.run(one_call, setup, "write_note", {"text": text})
     review = pending.meta["handrail/review"]["review_id"]
     item = setup.reviewer.review_of("write_note", text=text)
     assert setup.reviewer.answer(item, {"type": "approve"}).status_code == 202
@@ -218,11 +202,7 @@ def test_an_approval_after_the_client_left_still_runs_once_and_waits_to_be_colle
 
     assert wait_for(lambda: len(ledger.runs("write_note", text=text)) == 1)
 
-    async def collect() -> Any:
-        async with http_client(setup.url, setup.other_token) as client:
-            return await client.call_tool("handrail_await_review", {"review_id": review})
-
-    result = anyio.run(collect)
+    result = anyio.run(one_call, setup, "handrail_await_review", {"review_id": review}, setup.other_token)
     assert not result.is_error and result.content[0].text.startswith("saved note")
     assert len(ledger.runs("write_note", text=text)) == 1
 
@@ -279,11 +259,7 @@ def test_two_clients_at_once_each_get_their_own_outcome(setup: Setup, ledger: Le
 
 
 def test_a_call_that_fails_its_schema_is_refused_before_any_review(setup: Setup, ledger: Ledger) -> None:
-    async def main() -> Any:
-        async with http_client(setup.url, setup.agent_token) as client:
-            return await client.call_tool("delete_note", {"note_id": "not a number"})
-
-    result = anyio.run(main)
+    result = anyio.run(one_call, setup, "delete_note", {"note_id": "not a number"})
     assert result.is_error and "not sent for review" in result.content[0].text
     assert all(
         r["args"].get("note_id") != "not a number"
