@@ -203,6 +203,8 @@ def _serve(args: argparse.Namespace, servers: dict[str, Any], failure: type[Exce
         host = args.host if args.http else "127.0.0.1"
         try:
             sock = socket.create_server((host, port), backlog=2048)
+            # accepted sockets inherit it: else each response's last write waits ~40 ms for a delayed ACK
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as exc:
             raise failure(f"cannot listen on {host}:{port}: {exc}") from None
         port = sock.getsockname()[1]

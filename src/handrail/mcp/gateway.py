@@ -169,8 +169,14 @@ class Gateway:
             f"handrail-mcp-{self.name}",
             version=__version__,
             instructions="\n\n".join(up.instructions) or None,
+            get_tool_input_schema=self._input_schema,
             **handlers,
         )
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        if name == AWAIT_TOOL and self.gated:
+            return dict(await_tool().input_schema)
+        return self.upstreams.input_schema(name)
 
     async def _list_tools(self, ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
         tools = self.upstreams.listed_tools(gated=self.gated)

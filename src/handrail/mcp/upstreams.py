@@ -51,7 +51,12 @@ _SCHEMA_LIMIT = 256 * 1024
 
 class ForwardTool(McpTool):
     """An upstream's tool in the gateway's agent: a call runs on the gateway's own event
-    loop, and its ``ToolMessage`` keeps the upstream's result whole (``artifact``)."""
+    loop, and its ``ToolMessage`` keeps the upstream's result whole (``artifact``). Its
+    result ends the run (``return_direct``): the relay model has nothing to add."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.return_direct = True
 
     async def arun(self, values: Mapping[str, Any], runtime: Any = None) -> ToolMessage:
         """Forward the call to the upstream once; the result as the upstream sent it."""
@@ -180,6 +185,11 @@ class Upstreams:
                 self.templates.append((re.compile(pattern), route, template))
 
     # Listings, as the gateway offers them -----------------------------------------------
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of an offered tool (the SDK checks HTTP calls' headers by it)."""
+        entry = self.tools.get(name)
+        return entry[1].input_schema if entry is not None else None
+
     def listed_tools(self, *, gated: frozenset[str]) -> list[types.Tool]:
         """``tools/list``: each upstream tool under its offered name; a gated one without
         its output schema (a review's reply may carry none)."""
