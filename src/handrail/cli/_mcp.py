@@ -29,7 +29,7 @@ COMMANDS = frozenset({"mcp"})
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail mcp`` and ``handrail mcp init`` to the CLI's subcommands."""
-    from handrail.server.commands import _store_flags
+    from handrail.cli._service import _store_flags
 
     gateway = commands.add_parser(
         "mcp",
@@ -178,9 +178,9 @@ def _comment(text: str) -> str:
 
 
 def _serve(args: argparse.Namespace, servers: dict[str, Any], failure: type[Exception]) -> int:
+    from handrail.cli._service import _open_store, _server_db
     from handrail.mcp.gateway import Gateway
     from handrail.mcp.upstreams import Upstreams
-    from handrail.server.commands import _open_store, _server_db
 
     if not args.hold >= 0:
         raise failure(f"--hold is a number of seconds, 0 or more; got {args.hold}")

@@ -24,7 +24,7 @@ drive it without a TTY: a rich :class:`~rich.console.Console` for output and an
         )
     reviewer.verdicts  # {tool call id: Verdict(label="approved" | "edited" | ..., final_args=...)}
 
-``handrail demo`` (:func:`handrail.demo.run_demo`) reviews its thread this way.
+``handrail demo`` (:func:`handrail.cli.demo.run_demo`) reviews its thread this way.
 
 Tool names, arguments, descriptions and messages come from the model and from tools, so
 they are untrusted: everything this module prints from them goes through
@@ -57,7 +57,12 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from handrail._message_display import ONE_LINE_HIDDEN, TERMINAL_HIDDEN, escape_char, visible, visible_json
-from handrail._terminal_edit import EditorUnavailableError, edit_in_editor, read_text_value, schema_problems
+from handrail.cli._terminal_edit import (
+    EditorUnavailableError,
+    edit_in_editor,
+    read_text_value,
+    schema_problems,
+)
 from handrail.errors import HandrailError, InvalidDecisionError
 from handrail.types import GraphOutput, Interrupt
 
@@ -153,7 +158,7 @@ class ReviewDeferred(Exception):
     """The person chose to answer a review later; nothing of that review was sent.
 
     Raised by :class:`TerminalReviewer` (only when it offers "later"). The thread keeps
-    the review pending; :func:`handrail.demo.run_demo`, for one, catches it and returns a
+    the review pending; :func:`handrail.cli.demo.run_demo`, for one, catches it and returns a
     result with ``waiting=True``.
     """
 

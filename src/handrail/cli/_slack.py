@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column, time_column
+from handrail.cli._review_display import clock, id_column, text_column, time_column
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -46,7 +46,7 @@ per decision, and a click answers through this service with every rule applied.
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail slack setup`` and ``handrail slack users add|list|remove``."""
-    from handrail.server.commands import _store_flags
+    from handrail.cli._service import _store_flags
 
     slack = commands.add_parser(
         "slack",
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, console: Console, failure: type[Exception]) ->
         raise failure("choose an action: handrail slack setup | handrail slack users add|list|remove")
     if command == "users" and getattr(args, "users_command", None) not in ("add", "list", "remove"):
         raise failure("choose an action: handrail slack users add SLACK_USER_ID IDENTITY | list | remove ID")
-    from handrail.server.commands import _server_db
+    from handrail.cli._service import _server_db
 
     if command == "setup":
         try:

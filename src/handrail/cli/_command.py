@@ -3,7 +3,7 @@
 Subcommands:
 
 ``handrail audit verify THREAD ... | --all``
-    Check threads' stored logs against their hash chains (``cli_audit.py``).
+    Check threads' stored logs against their hash chains (``_audit.py``).
 
 ``handrail demo``
     A scripted agent (no API key needed) wants to write a file, run a ``DELETE`` and read
@@ -22,7 +22,7 @@ A mistake on the command line ends with one line on stderr and exit code 2; a pr
 found while running (an unknown thread, a store that cannot be opened) with one line
 and exit code 1; Ctrl-C with a short message and exit code 130.
 
-Everything is printed through :func:`handrail.terminal.safe_console`: a control or
+Everything is printed through :func:`handrail.cli.terminal.safe_console`: a control or
 invisible formatting character in a value (a thread id, a tool's arguments, a model's
 message, an error that quotes them) reaches the terminal as an escape such as ``\\x1b``
 or ``\\u202e``, never raw.
@@ -45,24 +45,15 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from handrail import (
-    __version__,
-    cli_grants,
-    cli_mcp,
-    cli_policy,
-    cli_slack,
-    cli_sweep,
-    cli_webhooks,
-    review_cli,
-)
-from handrail._cli_sqlite import damaged_advice, is_damage, sqlite_file_problem
+from handrail import __version__
 from handrail.checkpoint.base import BaseCheckpointSaver
+from handrail.cli import _grants, _mcp, _policy, _review, _service, _slack, _sweep, _webhooks
+from handrail.cli._sqlite_file import damaged_advice, is_damage, sqlite_file_problem
+from handrail.cli.terminal import safe_console, safe_markup
 from handrail.errors import HandrailError
 from handrail.models.base import ChatModel
-from handrail.server import commands as service_commands
-from handrail.terminal import safe_console, safe_markup
 
-__all__ = ["DEFAULT_DB", "main"]
+__all__ = ["DEFAULT_DB", "run_command"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -157,18 +148,18 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the API root of an OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp), with --model",
     )
-    service_commands.add_commands(commands)  # serve, worker, tokens (handrail.server)
-    review_cli.add_commands(commands)  # inbox, show, approve, ..., audit (handrail.review_cli)
-    cli_policy.add_commands(commands)  # policy check (handrail.cli_policy)
-    cli_sweep.add_commands(commands)  # sweep (handrail.cli_sweep)
-    cli_grants.add_commands(commands)  # grants list | revoke (handrail.cli_grants)
-    cli_webhooks.add_commands(commands)  # webhooks ..., deliver (handrail.cli_webhooks)
-    cli_slack.add_commands(commands)  # slack setup | users add|list|remove (handrail.cli_slack)
-    cli_mcp.add_commands(commands)  # mcp, mcp init: the MCP gateway (handrail.cli_mcp)
+    _service.add_commands(commands)  # serve, worker, tokens (handrail.cli._service)
+    _review.add_commands(commands)  # inbox, show, approve, ..., audit (handrail.cli._review)
+    _policy.add_commands(commands)  # policy check (handrail.cli._policy)
+    _sweep.add_commands(commands)  # sweep (handrail.cli._sweep)
+    _grants.add_commands(commands)  # grants list | revoke (handrail.cli._grants)
+    _webhooks.add_commands(commands)  # webhooks ..., deliver (handrail.cli._webhooks)
+    _slack.add_commands(commands)  # slack setup | users add|list|remove (handrail.cli._slack)
+    _mcp.add_commands(commands)  # mcp, mcp init: the MCP gateway (handrail.cli._mcp)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_command(argv: Sequence[str] | None = None) -> int:
     """Run the ``handrail`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     errors = safe_console(stderr=True, highlight=False)
     try:
@@ -181,32 +172,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             return _demo(args, errors)
         if args.command == "audit" and args.thread_id[:1] == ["verify"]:
-            from handrail import cli_audit
+            from handrail.cli import _audit
 
-            return cli_audit.run(args, _open_store, UsageError)
-        if args.command in service_commands.COMMANDS:
+            return _audit.run(args, _open_store, UsageError)
+        if args.command in _service.COMMANDS:
             try:
-                return service_commands.run(args, safe_console(highlight=False))
-            except service_commands.CommandError as exc:
+                return _service.run(args, safe_console(highlight=False))
+            except _service.CommandError as exc:
                 raise StoreError(str(exc)) from None
-        if args.command in cli_policy.COMMANDS:
-            return cli_policy.run(args, safe_console(highlight=False), UsageError)
-        if args.command in cli_sweep.COMMANDS:
-            return cli_sweep.run(args, safe_console(highlight=False), StoreError)
-        if args.command in cli_slack.COMMANDS:
-            return cli_slack.run(args, safe_console(highlight=False), StoreError)
-        if args.command in cli_webhooks.COMMANDS:
-            return cli_webhooks.run(args, safe_console(highlight=False), StoreError)
-        if args.command in cli_mcp.COMMANDS:
+        if args.command in _policy.COMMANDS:
+            return _policy.run(args, safe_console(highlight=False), UsageError)
+        if args.command in _sweep.COMMANDS:
+            return _sweep.run(args, safe_console(highlight=False), StoreError)
+        if args.command in _slack.COMMANDS:
+            return _slack.run(args, safe_console(highlight=False), StoreError)
+        if args.command in _webhooks.COMMANDS:
+            return _webhooks.run(args, safe_console(highlight=False), StoreError)
+        if args.command in _mcp.COMMANDS:
             try:
-                return cli_mcp.run(args, StoreError)
-            except service_commands.CommandError as exc:
+                return _mcp.run(args, StoreError)
+            except _service.CommandError as exc:
                 raise StoreError(str(exc)) from None
-        if args.command in review_cli.COMMANDS or args.command in cli_grants.COMMANDS:
-            runner = review_cli.run if args.command in review_cli.COMMANDS else cli_grants.run
+        if args.command in _review.COMMANDS or args.command in _grants.COMMANDS:
+            runner = _review.run if args.command in _review.COMMANDS else _grants.run
             try:
                 return runner(args, safe_console(highlight=False))
-            except review_cli.CommandError as exc:
+            except _review.CommandError as exc:
                 raise StoreError(str(exc)) from None
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:
@@ -226,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # handrail demo ----------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace, errors: Console) -> int:
     # Imported here so `handrail --help` stays fast and does not build the agent machinery.
-    from handrail import demo
+    from handrail.cli import demo
 
     workdir: Path | None = args.workdir
     if workdir is not None and workdir.exists() and not workdir.is_dir():
@@ -309,7 +300,7 @@ def _piped_ask(console: Console) -> Callable[[str], str]:
 
     Never approves on its own: a review is for a person, and only ``--yes`` approves everything.
     """
-    from handrail.terminal import ReviewDeferred
+    from handrail.cli.terminal import ReviewDeferred
 
     console.print(
         "[yellow]stdin is not a terminal: each of its lines answers one question. When it ends, the "
@@ -331,7 +322,7 @@ def _piped_ask(console: Console) -> Callable[[str], str]:
 
 
 def _list_waiting(console: Console, args: argparse.Namespace, saver: BaseCheckpointSaver, where: str) -> int:
-    from handrail.demo import waiting_demo_threads
+    from handrail.cli.demo import waiting_demo_threads
 
     waiting = waiting_demo_threads(saver)
     if not waiting:
@@ -543,7 +534,3 @@ def _demo_model(name: str | None, base_url: str | None) -> ChatModel | None:
     if callable(check):
         check()
     return model
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -34,7 +34,7 @@ def duration_flag(text: str) -> float:
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail sweep`` to the CLI's subcommands."""
-    from handrail.server.commands import _policy_flag, _store_flags
+    from handrail.cli._service import _policy_flag, _store_flags
 
     sweep = commands.add_parser(
         "sweep",
@@ -62,7 +62,7 @@ def add_commands(commands: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console, failure: type[Exception]) -> int:
     """Run ``handrail sweep``; return the exit code."""
-    from handrail.server.commands import CommandError, _agents
+    from handrail.cli._service import CommandError, _agents
     from handrail.server.loading import LoadError
     from handrail.sweep import asweep
 

@@ -1,6 +1,6 @@
 """The service's commands: ``handrail serve``, ``handrail worker``, ``handrail tokens ...``.
 
-``cli.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
+``_command.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column, time_column
+from handrail.cli._review_display import clock, id_column, text_column, time_column
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -272,10 +272,10 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         raise CommandError("handrail serve needs the server extra: pip install 'handrail[server]'") from None
     import asyncio
 
+    from handrail.cli._reload import PolicyReload
     from handrail.notify.config import check_url
     from handrail.review.policy_file import load_policy_file
     from handrail.server.app import create_app
-    from handrail.server.reload import PolicyReload
 
     code, agents, where = _agents(args, "serve")
     names = list(agents)
@@ -372,10 +372,10 @@ def _policy_flag(parser: Any) -> None:
 
 def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     """The agents the flags name, on the store they name: as their code makes them (kept for
-    a reload, ``reload.py``) and as served, with the policy file's policy (``--policy``);
+    a reload, ``_reload.py``) and as served, with the policy file's policy (``--policy``);
     and where the store is."""
+    from handrail.cli._reload import with_policy
     from handrail.server.loading import load_agent, on_store, parse_agent_flag
-    from handrail.server.reload import with_policy
 
     named = [parse_agent_flag(flag) for flag in args.agent]
     if args.target is not None:
@@ -400,7 +400,7 @@ def _work(args: argparse.Namespace, console: Console) -> int:
     import asyncio
     import signal
 
-    from handrail.server.reload import PolicyReload
+    from handrail.cli._reload import PolicyReload
     from handrail.worker import Worker
 
     if not args.poll > 0:
@@ -445,7 +445,7 @@ def _count(text: str) -> int:
 
 
 def _sweep_every(text: str) -> float | None:
-    from handrail.cli_sweep import duration_flag
+    from handrail.cli._sweep import duration_flag
 
     return None if text.strip().lower() in ("off", "0", "never") else duration_flag(text)
 

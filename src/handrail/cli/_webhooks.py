@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column
+from handrail.cli._review_display import clock, id_column, text_column
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -31,9 +31,9 @@ COMMANDS = frozenset({"webhooks", "deliver"})
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail webhooks ...`` and ``handrail deliver`` to the CLI's subcommands."""
-    from handrail.cli_sweep import duration_flag
+    from handrail.cli._service import _count, _policy_flag, _store_flags
+    from handrail.cli._sweep import duration_flag
     from handrail.notify.events import EVENT_TYPES
-    from handrail.server.commands import _count, _policy_flag, _store_flags
 
     hooks = commands.add_parser(
         "webhooks",
@@ -101,8 +101,8 @@ def run(args: argparse.Namespace, console: Console, failure: type[Exception]) ->
         return _deliver(args, console, failure)
     if args.webhooks_command is None:
         raise failure("choose an action: webhooks add, list, remove, rotate, test, deliveries or retry")
+    from handrail.cli._service import _server_db
     from handrail.notify.outbox import Outbox
-    from handrail.server.commands import _server_db
 
     db = _server_db(args)
     try:
@@ -170,7 +170,7 @@ def _webhooks(args: argparse.Namespace, outbox: Any, console: Console, failure: 
 
 
 def _feed_end(args: argparse.Namespace) -> str | None:
-    from handrail.server.commands import _open_store
+    from handrail.cli._service import _open_store
 
     store, _ = _open_store(args)
 
@@ -229,11 +229,11 @@ def _log(deliveries: list[Any], console: Console) -> int:
 
 
 def _deliver(args: argparse.Namespace, console: Console, failure: type[Exception]) -> int:
+    from handrail.cli._service import _open_store, _server_db
     from handrail.notify.config import apply_settings, check_url
     from handrail.notify.deliverer import Deliverer, default_channels
     from handrail.notify.outbox import Outbox
     from handrail.review.policy_file import load_policy_file
-    from handrail.server.commands import _open_store, _server_db
 
     if not args.poll > 0:
         raise failure(f"--poll takes a number of seconds above 0, got {args.poll}")

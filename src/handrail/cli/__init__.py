@@ -1,0 +1,49 @@
+"""The ``handrail`` command: :func:`main` (the console script, and ``python -m handrail``).
+
+The command prints with rich, which the ``cli`` extra installs (``pip install
+'handrail[cli]'``); the library and the service never import this package. Without rich,
+:func:`main` says which extra to install, in one line, and returns 1.
+
+Where each part lives (every module but :mod:`~handrail.cli.demo` and
+:mod:`~handrail.cli.terminal` is private to this package)::
+
+    _command.py        the parser and the dispatch to the command groups below
+    _service.py        serve, worker, tokens
+    _reload.py         serve's and worker's policy reload on SIGHUP
+    _review.py         inbox, show, approve | reject | respond | edit, threads, audit
+    _review_answer.py  the answers of the review commands
+    _review_client.py  where they read and answer: a service over HTTP, or a store
+    _review_display.py how they lay out values, ids and times
+    _audit.py          audit verify
+    _grants.py         approve --grant, grants list | revoke
+    _policy.py         policy check
+    _sweep.py          sweep
+    _webhooks.py       webhooks ..., deliver
+    _slack.py          slack setup, slack users ...
+    _mcp.py            mcp, mcp init
+    _sqlite_file.py    the checks of a --db file before it opens
+    demo.py            demo: a scripted agent reviewed in the terminal (_demo_*.py)
+    terminal.py        TerminalReviewer and the safe console everything prints through
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+NEEDS_CLI_EXTRA = "handrail: error: the handrail command needs the cli extra: pip install 'handrail[cli]'"
+"""What :func:`main` prints when rich is not installed."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``handrail`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    try:
+        from handrail.cli._command import run_command
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "rich":
+            raise
+        print(NEEDS_CLI_EXTRA, file=sys.stderr)
+        return 1
+    return run_command(argv)
