@@ -39,6 +39,7 @@ from handrail.cli._errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    CommandError,
     StoreError,
     UsageError,
     one_line,
@@ -96,7 +97,7 @@ def run_command(argv: Sequence[str] | None = None) -> int:
         if args.command in _service.COMMANDS:
             try:
                 return _service.run(args, safe_console(highlight=False))
-            except _service.CommandError as exc:
+            except CommandError as exc:
                 raise StoreError(str(exc)) from None
         if args.command in _policy.COMMANDS:
             return _policy.run(args, safe_console(highlight=False), UsageError)
@@ -109,13 +110,13 @@ def run_command(argv: Sequence[str] | None = None) -> int:
         if args.command in _mcp.COMMANDS:
             try:
                 return _mcp.run(args, StoreError)
-            except _service.CommandError as exc:
+            except CommandError as exc:
                 raise StoreError(str(exc)) from None
         if args.command in _review.COMMANDS or args.command in _grants.COMMANDS:
             runner = _review.run if args.command in _review.COMMANDS else _grants.run
             try:
                 return runner(args, safe_console(highlight=False))
-            except _review.CommandError as exc:
+            except CommandError as exc:
                 raise StoreError(str(exc)) from None
         raise UsageError(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
     except UsageError as exc:

@@ -15,6 +15,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "CommandError",
     "StoreError",
     "UsageError",
     "one_line",
@@ -24,6 +25,10 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+
+class CommandError(ValueError):
+    """A command cannot go on; the message says why (shown in one line, as a :class:`StoreError`)."""
 
 
 class UsageError(Exception):

@@ -33,7 +33,7 @@ from rich.text import Text
 from handrail._duration import DurationError, parse_duration
 from handrail._duration import span as _span
 from handrail._message_display import visible
-from handrail.cli._review_answer import CommandError
+from handrail.cli._errors import CommandError
 from handrail.cli._review_display import clock, id_column, one_line, text_column
 from handrail.cli.terminal import safe_text
 from handrail.review.grants import MAX_GRANT_TTL, MAX_GRANT_USES, grant_id

@@ -33,8 +33,9 @@ from rich.table import Table
 from rich.text import Text
 
 from handrail._message_display import reviewer_content, visible
+from handrail.cli._errors import CommandError
 from handrail.cli._grants import add_grant_flags, grant_of
-from handrail.cli._review_answer import EDIT_RULE, CommandError, answer
+from handrail.cli._review_answer import EDIT_RULE, answer
 from handrail.cli._review_display import (
     FOLD_AT,
     action_of,
@@ -50,7 +51,7 @@ from handrail.cli._review_display import (
 )
 from handrail.cli.terminal import safe_markup, safe_text
 
-__all__ = ["COMMANDS", "CommandError", "add_commands", "run", "where_flags"]
+__all__ = ["COMMANDS", "add_commands", "run", "where_flags"]
 
 COMMANDS = ("inbox", "show", "approve", "reject", "respond", "edit", "threads", "audit")
 

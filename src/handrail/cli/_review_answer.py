@@ -31,21 +31,18 @@ from rich.console import Console
 from rich.text import Text
 
 from handrail._message_display import visible
+from handrail.cli._errors import CommandError
 from handrail.cli._review_display import action_of, approvals_text, clock, counted
 from handrail.cli._terminal_edit import EditorUnavailableError, edit_in_editor
 from handrail.cli.terminal import safe_markup, safe_text
 
-__all__ = ["EDIT_RULE", "CommandError", "answer"]
+__all__ = ["EDIT_RULE", "answer"]
 
 EDIT_RULE = (
     "--args takes a JSON object: the keys you give replace those proposed, the others keep their "
     "proposed values (to drop a key, use --editor, which edits the whole object). handrail then "
     "checks the edited arguments as it checks any edit, against the tool's own schema."
 )
-
-
-class CommandError(ValueError):
-    """A review command cannot go on; the message says why."""
 
 
 def answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:

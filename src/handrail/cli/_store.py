@@ -26,7 +26,7 @@ from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.cli._errors import StoreError, UsageError, one_line
 from handrail.cli._sqlite_file import damaged_advice, is_damage, sqlite_file_problem
 
-__all__ = ["DEFAULT_DB", "open_store", "program", "store_flags"]
+__all__ = ["DEFAULT_DB", "open_async_store", "open_store", "program", "server_db", "store_flags"]
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
@@ -148,6 +148,29 @@ def _has_store(conn: Any, schema: str | None) -> bool:
     table = f'"{schema}".handrail_threads' if schema is not None else "handrail_threads"
     found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
     return bool(found and found[0])
+
+
+def server_db(args: argparse.Namespace) -> Any:
+    """The service's tables (tokens, sessions, notifications) in the store the flags name."""
+    from handrail.server.db import ServerDB
+
+    if args.postgres is not None:
+        return ServerDB.open(postgres=args.postgres, schema=args.schema)
+    return ServerDB.open(db_path=args.db or DEFAULT_DB)
+
+
+def open_async_store(args: argparse.Namespace) -> tuple[Any, str]:
+    """The async saver the flags name, and how to name it in messages: for the commands that
+    host agents or deliver notifications (serve, worker, sweep, webhooks, deliver, mcp)."""
+    if args.postgres is not None:
+        from handrail.checkpoint.postgres import AsyncPostgresSaver
+
+        saver = AsyncPostgresSaver.from_conn_string(args.postgres, schema=args.schema)
+        return saver, "PostgreSQL"
+    from handrail.checkpoint.sqlite import AsyncSqliteSaver
+
+    path = args.db or DEFAULT_DB
+    return AsyncSqliteSaver(path), str(path)
 
 
 def store_flags(args: argparse.Namespace) -> str:
