@@ -334,7 +334,7 @@ def test_a_terminal_review_on_a_plain_console_escapes_what_it_shows() -> None:
 def test_safe_console_escapes_whatever_is_printed_on_it() -> None:
     from rich.table import Table
 
-    from handrail.cli.terminal import safe_console
+    from handrail.cli._safe_text import safe_console
 
     buffer = io.StringIO()
     console = safe_console(file=buffer, force_terminal=True, width=200, highlight=False)

@@ -23,7 +23,9 @@ Where each part lives (every module but :mod:`~handrail.cli.demo` and
     _mcp.py            mcp, mcp init
     _sqlite_file.py    the checks of a --db file before it opens
     demo.py            demo: a scripted agent reviewed in the terminal (_demo_*.py)
-    terminal.py        TerminalReviewer and the safe console everything prints through
+    terminal.py        TerminalReviewer: a review request answered in a terminal
+    _terminal_edit.py  its edits: checked against the schema, or made in $EDITOR
+    _safe_text.py      control and invisible characters printed as escapes, everywhere
 """
 
 from __future__ import annotations

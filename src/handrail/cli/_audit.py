@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from handrail.checkpoint.base import BaseCheckpointSaver, ThreadFilter
-from handrail.cli.terminal import safe_console, safe_markup
+from handrail.cli._safe_text import safe_console, safe_markup
 from handrail.types import AuditVerification
 
 __all__ = ["run", "verify_thread"]

@@ -9,7 +9,7 @@ A mistake on the command line ends with one line on stderr and exit code 2; a pr
 found while running (an unknown thread, a store that cannot be opened) with one line
 and exit code 1; Ctrl-C with a short message and exit code 130 (``_errors.py``).
 
-Everything is printed through :func:`handrail.cli.terminal.safe_console`: a control or
+Everything is printed through :func:`handrail.cli._safe_text.safe_console`: a control or
 invisible formatting character in a value (a thread id, a tool's arguments, a model's
 message, an error that quotes them) reaches the terminal as an escape such as ``\\x1b``
 or ``\\u202e``, never raw.
@@ -44,8 +44,8 @@ from handrail.cli._errors import (
     UsageError,
     one_line,
 )
+from handrail.cli._safe_text import safe_console, safe_markup
 from handrail.cli._store import open_store
-from handrail.cli.terminal import safe_console, safe_markup
 from handrail.errors import HandrailError
 
 __all__ = ["run_command"]

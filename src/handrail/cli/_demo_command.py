@@ -28,8 +28,8 @@ from rich.console import Console
 
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.cli._errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, StoreError, UsageError, one_line
+from handrail.cli._safe_text import safe_console, safe_markup
 from handrail.cli._store import DEFAULT_DB, open_store, program, store_flags
-from handrail.cli.terminal import safe_console, safe_markup
 from handrail.models.base import ChatModel
 
 __all__ = ["add_commands", "run"]

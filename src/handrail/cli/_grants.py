@@ -17,7 +17,7 @@ decide and the grants they gave (``GET /handrail/grants``); on a store (``--db``
 ``grants list --agent`` names an assistant; with a store, ``--agent`` is the store's agent.
 
 Every value that came from a model, a tool or a person is printed through
-:func:`handrail.cli.terminal.safe_text`.
+:func:`handrail.cli._safe_text.safe_text`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from handrail._duration import span as _span
 from handrail._message_display import visible
 from handrail.cli._errors import CommandError
 from handrail.cli._review_display import clock, id_column, one_line, text_column
-from handrail.cli.terminal import safe_text
+from handrail.cli._safe_text import safe_text
 from handrail.review.grants import MAX_GRANT_TTL, MAX_GRANT_USES, grant_id
 
 __all__ = ["COMMANDS", "add_commands", "add_grant_flags", "grant_of", "print_given", "run"]

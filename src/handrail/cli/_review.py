@@ -14,7 +14,7 @@ inbox`` and ``handrail show``; an answer to such a review is a vote, and the com
 "Approval recorded: 1 of 2 (alice)" while the review waits for the others.
 
 Thread ids, tool names, arguments, messages and reviewer names come from models, tools and
-people: they are printed through :func:`handrail.cli.terminal.safe_text` (control and invisible
+people: they are printed through :func:`handrail.cli._safe_text.safe_text` (control and invisible
 formatting characters shown as escapes such as ``\\x1b`` or ``\\u202e``, never written raw;
 rich markup in them kept as text).
 """
@@ -49,7 +49,7 @@ from handrail.cli._review_display import (
     text_column,
     time_column,
 )
-from handrail.cli.terminal import safe_markup, safe_text
+from handrail.cli._safe_text import safe_markup, safe_text
 
 __all__ = ["COMMANDS", "add_commands", "run", "where_flags"]
 

@@ -33,8 +33,8 @@ from rich.text import Text
 from handrail._message_display import visible
 from handrail.cli._errors import CommandError
 from handrail.cli._review_display import action_of, approvals_text, clock, counted
+from handrail.cli._safe_text import safe_markup, safe_text
 from handrail.cli._terminal_edit import EditorUnavailableError, edit_in_editor
-from handrail.cli.terminal import safe_markup, safe_text
 
 __all__ = ["EDIT_RULE", "answer"]
 

@@ -62,14 +62,13 @@ from handrail.cli._demo_agent import (
 )
 from handrail.cli._demo_outcomes import ToolOutcome, outcomes_from_trail
 from handrail.cli._demo_tidy import remove_finished_workdirs
+from handrail.cli._safe_text import safe_markup, safe_text
 from handrail.cli.terminal import (
     Ask,
     ReviewDeferred,
     TerminalReviewer,
     UnsupportedInterruptError,
     preview,
-    safe_markup,
-    safe_text,
 )
 from handrail.errors import ConflictError
 from handrail.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
