@@ -7,25 +7,30 @@ The command prints with rich, which the ``cli`` extra installs (``pip install
 Where each part lives (every module but :mod:`~handrail.cli.demo` and
 :mod:`~handrail.cli.terminal` is private to this package)::
 
-    _command.py        the parser and the dispatch to the command groups below
-    _service.py        serve, worker, tokens
-    _reload.py         serve's and worker's policy reload on SIGHUP
-    _review.py         inbox, show, approve | reject | respond | edit, threads, audit
-    _review_answer.py  the answers of the review commands
-    _review_client.py  where they read and answer: a service over HTTP, or a store
-    _review_display.py how they lay out values, ids and times
-    _audit.py          audit verify
-    _grants.py         approve --grant, grants list | revoke
-    _policy.py         policy check
-    _sweep.py          sweep
-    _webhooks.py       webhooks ..., deliver
-    _slack.py          slack setup, slack users ...
-    _mcp.py            mcp, mcp init
-    _sqlite_file.py    the checks of a --db file before it opens
-    demo.py            demo: a scripted agent reviewed in the terminal (_demo_*.py)
-    terminal.py        TerminalReviewer: a review request answered in a terminal
-    _terminal_edit.py  its edits: checked against the schema, or made in $EDITOR
-    _safe_text.py      control and invisible characters printed as escapes, everywhere
+    _command.py         the parser, and the dispatch to the modules below
+    _errors.py          exit codes; UsageError, StoreError, CommandError
+    _flags.py           flags several commands share: --db/--postgres/--schema, --policy
+    _store.py           the store those flags name, opened; _sqlite_file.py checks a --db file
+    _safe_text.py       what every command prints: control characters as escapes
+
+    _demo_command.py    demo: its flags and session
+    demo.py             run_demo: the scripted agent reviewed in a terminal
+    _demo_agent.py      that agent: its workspace, tools, policy and scripted model
+    _demo_outcomes.py   what became of each of its calls, read from the audit trail
+    _demo_tidy.py       the working folders of finished demos, removed
+    terminal.py         TerminalReviewer; _terminal_edit.py: its edits
+    _service.py         serve, worker, tokens; _reload.py: their policy reload on SIGHUP
+    _review.py          inbox, show, approve | reject | respond | edit, threads, audit
+    _review_answer.py   their answers
+    _review_client.py   where they read and answer: a service over HTTP, or a store
+    _review_display.py  how commands lay out values, ids and times
+    _audit.py           audit verify
+    _grants.py          approve --grant, grants list | revoke
+    _policy.py          policy check
+    _sweep.py           sweep
+    _webhooks.py        webhooks ..., deliver
+    _slack.py           slack setup, slack users ...
+    _mcp.py             mcp, mcp init
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
-"""rich belongs to the ``cli`` extra: the library and the service run without it, and the
-``handrail`` command without it says which extra to install.
+"""The CLI's own package: rich belongs to the ``cli`` extra, and ``cli/__init__.py`` maps it.
 
-``pip install handrail`` no longer installs rich. Each check runs a fresh interpreter in
-which a meta path hook makes rich missing, as it is on such an install; the static check
-reads every module outside ``handrail/cli`` for an import of rich or of the CLI.
+``pip install handrail`` does not install rich. The library and the service run without
+it, and the ``handrail`` command without it says which extra to install. Each of those
+checks runs a fresh interpreter in which a meta path hook makes rich missing, as it is on
+such an install; a static check reads every module outside ``handrail/cli`` for an
+import of rich or of the CLI. The map in ``cli/__init__.py`` names every module of the
+package, so a newcomer finds each command's module there.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +117,11 @@ def test_python_m_handrail_without_rich_names_the_extra_in_one_line() -> None:
         "import runpy\nsys.argv = ['handrail', 'demo']\nrunpy.run_module('handrail', run_name='__main__')"
     )
     _says_which_extra(_run(as_python_m))
+
+
+def test_the_map_in_cli_init_names_every_module_of_the_cli() -> None:
+    import handrail.cli
+
+    mapped = set(re.findall(r"\b(\w+)\.py\b", handrail.cli.__doc__ or ""))
+    modules = {path.stem for path in (SRC / "cli").glob("*.py")} - {"__init__"}
+    assert mapped == modules, (sorted(modules - mapped), sorted(mapped - modules))
