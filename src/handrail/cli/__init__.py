@@ -1,4 +1,4 @@
-"""The ``handrail`` command: :func:`main` (the console script, and ``python -m handrail``).
+"""The ``handrail`` command: :func:`main` (the console script, ``python -m handrail``).
 
 The command prints with rich, which the ``cli`` extra installs (``pip install
 'handrail[cli]'``); the library and the service never import this package. Without rich,
