@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The demo needs only the core (pydantic, orjson, zstandard, rich): seconds, not the dev tools.
+# The demo needs only the core (pydantic, orjson, zstandard) and the cli extra (rich):
+# seconds, not the dev tools.
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[cli]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)

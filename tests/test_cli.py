@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import handrail.demo
+import handrail.cli.demo
 from handrail import __version__
 from handrail.cli import main
 
@@ -148,7 +148,7 @@ def test_ctrl_c_stops_with_a_short_message_and_exit_130(
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(handrail.demo, "run_demo", interrupted)
+    monkeypatch.setattr(handrail.cli.demo, "run_demo", interrupted)
 
     assert main(["demo", "--yes", "--workdir", str(tmp_path)]) == 130
 
@@ -163,7 +163,7 @@ def test_input_ending_mid_review_stops_with_a_message_and_exit_one(
     def input_closed(*args: Any, **kwargs: Any) -> None:
         raise EOFError
 
-    monkeypatch.setattr(handrail.demo, "run_demo", input_closed)
+    monkeypatch.setattr(handrail.cli.demo, "run_demo", input_closed)
 
     assert main(["demo", "--workdir", str(tmp_path)]) == 1
 

@@ -249,7 +249,7 @@ def test_through_a_service_the_cli_shows_the_count_and_the_time_left(
 
 
 def test_the_display_helpers() -> None:
-    from handrail._review_display import approvals_text, expiry_text, time_left
+    from handrail.cli._review_display import approvals_text, expiry_text, time_left
 
     item = {
         "approvals": [

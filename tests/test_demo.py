@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from handrail import InMemorySaver, ToolMessage
-from handrail._demo_agent import DELETE_QUERY, EDIT_NOTICE
-from handrail.demo import (
+from handrail.cli._demo_agent import DELETE_QUERY, EDIT_NOTICE
+from handrail.cli.demo import (
     DemoError,
     DemoResult,
     DemoWorkspace,

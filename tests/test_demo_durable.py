@@ -30,7 +30,7 @@ from rich.console import Console
 from handrail import SqliteSaver
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.cli import main
-from handrail.demo import DEMO_APP, DemoWorkspace, build_demo_agent, run_demo
+from handrail.cli.demo import DEMO_APP, DemoWorkspace, build_demo_agent, run_demo
 from handrail.runtime.events import decode_event
 from test_cli import SCRIPT, Terminal
 

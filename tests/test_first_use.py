@@ -335,7 +335,7 @@ def test_finished_demos_working_folders_are_removed_when_the_next_one_starts(tmp
 
 
 # 7. make demo installs only what the demo needs ----------------------------------------------------
-def test_make_demo_installs_the_core_only_and_make_test_the_dev_tools(tmp_path: Path) -> None:
+def test_make_demo_installs_the_core_and_the_cli_extra_and_make_test_the_dev_tools(tmp_path: Path) -> None:
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
@@ -349,6 +349,6 @@ def test_make_demo_installs_the_core_only_and_make_test_the_dev_tools(tmp_path: 
         return done.stdout
 
     demo = plan("demo")
-    assert "pip install --quiet -e .\n" in demo and "[dev]" not in demo
+    assert "pip install --quiet -e '.[cli]'\n" in demo and "[dev]" not in demo
     assert "handrail demo" in demo
     assert "'.[dev]'" in plan("test")

@@ -232,7 +232,7 @@ def test_audit_verify_prints_thread_ids_escaped(store: Path) -> None:
 @pytest.mark.parametrize("term", TERMS)
 def test_the_demo_narrates_and_reviews_escaped(tmp_path: Path, term: str) -> None:
     """A demo thread whose model wrote hostile text, resumed with ``handrail demo --resume``."""
-    from handrail.demo import run_demo
+    from handrail.cli.demo import run_demo
 
     db = tmp_path / "demo.db"
     turn = {
@@ -297,7 +297,7 @@ def test_pretty_print_shows_hostile_text_escaped(capsys: pytest.CaptureFixture[s
 
 def test_a_terminal_review_on_a_plain_console_escapes_what_it_shows() -> None:
     """TerminalReviewer escapes on its own, whatever console a program gives it."""
-    from handrail.terminal import TerminalReviewer
+    from handrail.cli.terminal import TerminalReviewer
 
     @tool
     def write_file(path: str, content: str) -> str:
@@ -334,7 +334,7 @@ def test_a_terminal_review_on_a_plain_console_escapes_what_it_shows() -> None:
 def test_safe_console_escapes_whatever_is_printed_on_it() -> None:
     from rich.table import Table
 
-    from handrail.terminal import safe_console
+    from handrail.cli._safe_text import safe_console
 
     buffer = io.StringIO()
     console = safe_console(file=buffer, force_terminal=True, width=200, highlight=False)
@@ -351,7 +351,7 @@ def test_safe_console_escapes_whatever_is_printed_on_it() -> None:
 def test_the_demos_editor_that_changes_nothing_makes_no_edit() -> None:
     """Issue 25: leaving the editor without a change (or with an empty file) is no edit;
     the reviewer is asked again and may decide otherwise."""
-    from handrail.terminal import TerminalReviewer
+    from handrail.cli.terminal import TerminalReviewer
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=200)

@@ -158,7 +158,7 @@ class Worker:
 
     def use_agents(self, agents: Mapping[str, Agent]) -> None:
         """Host ``agents`` from now on in place of the agents it hosts (a policy reload,
-        ``server/reload.py``): the same keys, each agent with the name and the store of the
+        ``cli/_reload.py``): the same keys, each agent with the name and the store of the
         one it replaces. A run going keeps its agent; a thread taken from now on is run by
         the new one.
         """

@@ -336,7 +336,7 @@ def test_docs_mcp_gateway_examples_parse_as_the_gateway_reads_them(tmp_path: Pat
     import json
     import re
 
-    from handrail.cli import _build_parser
+    from handrail.cli._command import _build_parser
     from handrail.review.policy_file import load_policy_file
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()

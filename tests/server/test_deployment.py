@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from conftest import HANDRAIL, HERE, Backend, Service
-from handrail.server.commands import masked_dsn
+from handrail.cli._service import masked_dsn
 
 
 async def test_info_tells_an_anonymous_caller_only_the_version(

@@ -341,8 +341,8 @@ async def test_a_sighup_reload_puts_the_files_endpoints_in_use_and_drops_the_one
 
     from rich.console import Console
 
+    from handrail.cli._reload import PolicyReload
     from handrail.server.db import ServerDB
-    from handrail.server.reload import PolicyReload
 
     monkeypatch.setenv("HOOK_SECRET", SECRET)
     path = tmp_path / "handrail.toml"

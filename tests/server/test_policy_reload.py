@@ -26,9 +26,9 @@ from rich.console import Console
 
 from conftest import HANDRAIL, HERE, Backend, make_token
 from handrail import InMemorySaver
+from handrail.cli._reload import PolicyReload
 from handrail.errors import ConfigurationError
 from handrail.server import ServerDB
-from handrail.server.reload import PolicyReload
 from handrail.server.service import Service
 from handrail.worker import Worker
 

@@ -551,10 +551,10 @@ def _cli(args: list[str], stdin: str = "") -> tuple[int, str]:
 
     from rich.console import Console
 
-    from handrail import cli_slack
+    from handrail.cli import _slack
 
     parser = argparse.ArgumentParser(prog="handrail")
-    cli_slack.add_commands(parser.add_subparsers(dest="command"))
+    _slack.add_commands(parser.add_subparsers(dest="command"))
     out = io.StringIO()
 
     class Failed(Exception):
@@ -563,7 +563,7 @@ def _cli(args: list[str], stdin: str = "") -> tuple[int, str]:
     saved = sys.stdin
     sys.stdin = io.StringIO(stdin)
     try:
-        return cli_slack.run(parser.parse_args(args), Console(file=out, width=100), Failed), out.getvalue()
+        return _slack.run(parser.parse_args(args), Console(file=out, width=100), Failed), out.getvalue()
     except Failed as exc:
         return 1, str(exc)
     finally:

@@ -120,7 +120,7 @@ class Service:
 
     def use_agents(self, agents: Mapping[str, Agent]) -> None:
         """Serve ``agents`` from now on in place of the agents served (a policy reload,
-        ``reload.py``): the same keys, each agent with the name and the store of the one it
+        ``cli/_reload.py``): the same keys, each agent with the name and the store of the one it
         replaces. The map is replaced whole, so a lookup finds an old agent or a new one
         (never a mix of the two within one agent); this process's worker hosts them too. A
         request or a run holding an agent keeps it; one that looks its agent up afterwards

@@ -14,7 +14,7 @@ inbox`` and ``handrail show``; an answer to such a review is a vote, and the com
 "Approval recorded: 1 of 2 (alice)" while the review waits for the others.
 
 Thread ids, tool names, arguments, messages and reviewer names come from models, tools and
-people: they are printed through :func:`handrail.terminal.safe_text` (control and invisible
+people: they are printed through :func:`handrail.cli._safe_text.safe_text` (control and invisible
 formatting characters shown as escapes such as ``\\x1b`` or ``\\u202e``, never written raw;
 rich markup in them kept as text).
 """
@@ -33,8 +33,10 @@ from rich.table import Table
 from rich.text import Text
 
 from handrail._message_display import reviewer_content, visible
-from handrail._review_answer import EDIT_RULE, CommandError, answer
-from handrail._review_display import (
+from handrail.cli._errors import CommandError
+from handrail.cli._grants import add_grant_flags, grant_of
+from handrail.cli._review_answer import EDIT_RULE, answer
+from handrail.cli._review_display import (
     FOLD_AT,
     action_of,
     approvals_text,
@@ -47,10 +49,9 @@ from handrail._review_display import (
     text_column,
     time_column,
 )
-from handrail.cli_grants import add_grant_flags, grant_of
-from handrail.terminal import safe_markup, safe_text
+from handrail.cli._safe_text import safe_markup, safe_text
 
-__all__ = ["COMMANDS", "CommandError", "add_commands", "run", "where_flags"]
+__all__ = ["COMMANDS", "add_commands", "run", "where_flags"]
 
 COMMANDS = ("inbox", "show", "approve", "reject", "respond", "edit", "threads", "audit")
 
@@ -201,7 +202,7 @@ def _moment(text: str) -> float:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Run one review command; return the exit code."""
-    from handrail.review_client import ReviewError, open_reviews
+    from handrail.cli._review_client import ReviewError, open_reviews
     from handrail.server.loading import LoadError
 
     if args.command == "approve":

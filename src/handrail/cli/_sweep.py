@@ -17,25 +17,16 @@ from typing import Any
 
 from rich.console import Console
 
-from handrail._duration import DurationError, parse_duration
+from handrail.cli._errors import CommandError
+from handrail.cli._flags import add_policy_flag, add_store_flags, duration_flag
 
-__all__ = ["COMMANDS", "add_commands", "duration_flag", "run"]
+__all__ = ["COMMANDS", "add_commands", "run"]
 
 COMMANDS = frozenset({"sweep"})
 
 
-def duration_flag(text: str) -> float:
-    """An argparse type: a duration (``30s``, ``5m``, ``1h``, or seconds)."""
-    try:
-        return parse_duration(text)
-    except DurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_commands(commands: Any) -> None:
     """Add ``handrail sweep`` to the CLI's subcommands."""
-    from handrail.server.commands import _policy_flag, _store_flags
-
     sweep = commands.add_parser(
         "sweep",
         help="resolve reviews that expired unanswered, by their policies' on_expiry",
@@ -50,8 +41,8 @@ def add_commands(commands: Any) -> None:
         metavar="NAME=MODULE:AGENT",
         help="sweep another agent as NAME",
     )
-    _store_flags(sweep)
-    _policy_flag(sweep)
+    add_store_flags(sweep)
+    add_policy_flag(sweep)
     sweep.add_argument(
         "--every",
         type=duration_flag,
@@ -62,12 +53,12 @@ def add_commands(commands: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console, failure: type[Exception]) -> int:
     """Run ``handrail sweep``; return the exit code."""
-    from handrail.server.commands import CommandError, _agents
+    from handrail.cli._service import load_agents
     from handrail.server.loading import LoadError
     from handrail.sweep import asweep
 
     try:
-        _, agents, where = _agents(args, "sweep")
+        _, agents, where = load_agents(args, "sweep")
     except (LoadError, CommandError) as exc:
         raise failure(str(exc)) from None
     store = next(iter(agents.values())).checkpointer

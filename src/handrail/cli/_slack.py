@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column, time_column
+from handrail.cli._flags import add_store_flags
+from handrail.cli._review_display import clock, id_column, text_column, time_column
+from handrail.cli._store import server_db
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -46,8 +48,6 @@ per decision, and a click answers through this service with every rule applied.
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail slack setup`` and ``handrail slack users add|list|remove``."""
-    from handrail.server.commands import _store_flags
-
     slack = commands.add_parser(
         "slack",
         help="answer reviews from Slack: set up the Slack app, link Slack users to identities",
@@ -76,7 +76,7 @@ def add_commands(commands: Any) -> None:
         metavar="URL",
         help="the Slack Web API's root (default: Slack's own, https://slack.com/api/); kept for the service",
     )
-    _store_flags(setup)
+    add_store_flags(setup)
     users = actions.add_parser(
         "users",
         help="which handrail identity each Slack user answers as",
@@ -90,12 +90,12 @@ def add_commands(commands: Any) -> None:
         "slack_user", metavar="SLACK_USER_ID", help="e.g. U0123ABCD (Slack: profile, ⋮, Copy member ID)"
     )
     add.add_argument("identity", metavar="IDENTITY", help="a handrail identity: the --name of its tokens")
-    _store_flags(add)
+    add_store_flags(add)
     listing = which.add_parser("list", help="the Slack users linked, and whether each can answer")
-    _store_flags(listing)
+    add_store_flags(listing)
     remove = which.add_parser("remove", help="unlink a Slack user: its clicks answer nothing")
     remove.add_argument("slack_user", metavar="SLACK_USER_ID")
-    _store_flags(remove)
+    add_store_flags(remove)
     for parser in (slack, setup, users, add, listing, remove):
         parser.set_defaults(usage=parser.error)
 
@@ -108,7 +108,6 @@ def run(args: argparse.Namespace, console: Console, failure: type[Exception]) ->
         raise failure("choose an action: handrail slack setup | handrail slack users add|list|remove")
     if command == "users" and getattr(args, "users_command", None) not in ("add", "list", "remove"):
         raise failure("choose an action: handrail slack users add SLACK_USER_ID IDENTITY | list | remove ID")
-    from handrail.server.commands import _server_db
 
     if command == "setup":
         try:
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace, console: Console, failure: type[Exception]) ->
                 "handrail slack setup needs the slack extra: pip install 'handrail[slack]'"
             ) from None
     try:
-        db = _server_db(args)
+        db = server_db(args)
     except Exception as exc:  # a database that cannot be opened: say so in one line
         raise failure(f"cannot open the service's tables: {type(exc).__name__}: {exc}") from None
     try:

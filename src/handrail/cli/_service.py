@@ -1,6 +1,8 @@
 """The service's commands: ``handrail serve``, ``handrail worker``, ``handrail tokens ...``.
 
-``cli.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
+``_command.py`` adds them with :func:`add_commands` and runs them with :func:`run`.
+:func:`load_agents` (the agents ``MODULE:AGENT`` and ``--agent NAME=MODULE:AGENT`` name,
+with the policy of ``--policy``) serves ``handrail sweep`` too.
 """
 
 from __future__ import annotations
@@ -11,26 +13,20 @@ import ipaddress
 import os
 import re
 import socket
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column, time_column
+from handrail.cli._errors import CommandError
+from handrail.cli._flags import add_policy_flag, add_store_flags, count_flag, duration_flag
+from handrail.cli._review_display import clock, id_column, text_column, time_column
+from handrail.cli._store import open_async_store, server_db
 
-__all__ = ["COMMANDS", "add_commands", "run"]
+__all__ = ["COMMANDS", "add_commands", "load_agents", "masked_dsn", "run"]
 
 COMMANDS = ("serve", "worker", "tokens")
-DEFAULT_DB = Path("handrail.db")
-
-
-def _store_flags(parser: argparse.ArgumentParser) -> None:
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--db", type=Path, metavar="PATH", help=f"the SQLite file (default: ./{DEFAULT_DB})")
-    where.add_argument("--postgres", metavar="DSN", help="a PostgreSQL database, e.g. postgresql://host/db")
-    parser.add_argument("--schema", metavar="NAME", help="the PostgreSQL schema of handrail's tables")
 
 
 def add_commands(commands: Any) -> None:
@@ -49,8 +45,8 @@ def add_commands(commands: Any) -> None:
         metavar="NAME=MODULE:AGENT",
         help="serve another agent as NAME",
     )
-    _store_flags(serve)
-    _policy_flag(serve)
+    add_store_flags(serve)
+    add_policy_flag(serve)
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="the port (default: 8000; 0: any free port)")
     serve.add_argument(
@@ -60,14 +56,14 @@ def add_commands(commands: Any) -> None:
     )
     serve.add_argument(
         "--deliver-concurrency",
-        type=_count,
+        type=count_flag,
         default=16,
         metavar="N",
         help="notification deliveries attempted at once here (default: 16; 0: leave it to handrail deliver)",
     )
     serve.add_argument(
         "--concurrency",
-        type=_count,
+        type=count_flag,
         default=8,
         metavar="N",
         help="answered threads this service runs at once (default: 8; 0: leave them to 'handrail worker')",
@@ -100,10 +96,10 @@ def add_commands(commands: Any) -> None:
     worker.add_argument(
         "--agent", action="append", default=[], metavar="NAME=MODULE:AGENT", help="host another agent as NAME"
     )
-    _store_flags(worker)
-    _policy_flag(worker)
+    add_store_flags(worker)
+    add_policy_flag(worker)
     worker.add_argument(
-        "--concurrency", type=_count, default=8, metavar="N", help="runs at once (default: 8)"
+        "--concurrency", type=count_flag, default=8, metavar="N", help="runs at once (default: 8)"
     )
     worker.add_argument(
         "--poll",
@@ -127,12 +123,12 @@ def add_commands(commands: Any) -> None:
         help="what the token may do (repeatable): run (start threads and runs, read and cancel its "
         "own), review (the inbox, answers within its roles), admin (everything); default: review",
     )
-    _store_flags(create)
+    add_store_flags(create)
     listing = actions.add_parser("list", help="list the tokens (never the tokens themselves)")
-    _store_flags(listing)
+    add_store_flags(listing)
     revoke = actions.add_parser("revoke", help="revoke a token by id, or every token of a name")
     revoke.add_argument("token", metavar="ID_OR_NAME")
-    _store_flags(revoke)
+    add_store_flags(revoke)
     link = actions.add_parser(
         "link",
         help="print a one-time link that signs a reviewer in to the web inbox",
@@ -146,11 +142,7 @@ def add_commands(commands: Any) -> None:
         help="where reviewers reach the service (default: $HANDRAIL_URL or http://127.0.0.1:8000)",
     )
     link.add_argument("--minutes", type=float, default=15.0, help="how long the link works (default: 15)")
-    _store_flags(link)
-
-
-class CommandError(ValueError):
-    """A service command cannot go on; the message says why (shown in one line)."""
+    add_store_flags(link)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -167,20 +159,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise CommandError(str(exc)) from None
 
 
-def _server_db(args: argparse.Namespace) -> Any:
-    from handrail.server.db import ServerDB
-
-    if args.postgres is not None:
-        return ServerDB.open(postgres=args.postgres, schema=args.schema)
-    return ServerDB.open(db_path=args.db or DEFAULT_DB)
-
-
 def _tokens(args: argparse.Namespace, console: Console) -> int:
     from handrail.server.tokens import TokenStore
 
     if args.tokens_command is None:
         raise CommandError("choose an action: tokens create, tokens list, tokens revoke or tokens link")
-    db = _server_db(args)
+    db = server_db(args)
     try:
         tokens = TokenStore(db)
         if args.tokens_command == "create":
@@ -272,12 +256,12 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         raise CommandError("handrail serve needs the server extra: pip install 'handrail[server]'") from None
     import asyncio
 
+    from handrail.cli._reload import PolicyReload
     from handrail.notify.config import check_url
     from handrail.review.policy_file import load_policy_file
     from handrail.server.app import create_app
-    from handrail.server.reload import PolicyReload
 
-    code, agents, where = _agents(args, "serve")
+    code, agents, where = load_agents(args, "serve")
     names = list(agents)
     settings = load_policy_file(args.policy).notifications if args.policy is not None else None
     try:
@@ -289,7 +273,7 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-    db = _server_db(args)
+    db = server_db(args)
     app = create_app(
         agents,
         db=db,
@@ -359,23 +343,12 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _policy_flag(parser: Any) -> None:
-    parser.add_argument(
-        "--policy",
-        type=Path,
-        metavar="FILE",
-        help="the review policy of the agents from a policy file (handrail.toml or pyproject.toml's "
-        "[tool.handrail]), by their names; it replaces the policy in their code. Give workers and "
-        "services of one store the same file",
-    )
-
-
-def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+def load_agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     """The agents the flags name, on the store they name: as their code makes them (kept for
-    a reload, ``reload.py``) and as served, with the policy file's policy (``--policy``);
+    a reload, ``_reload.py``) and as served, with the policy file's policy (``--policy``);
     and where the store is."""
+    from handrail.cli._reload import with_policy
     from handrail.server.loading import load_agent, on_store, parse_agent_flag
-    from handrail.server.reload import with_policy
 
     named = [parse_agent_flag(flag) for flag in args.agent]
     if args.target is not None:
@@ -389,7 +362,7 @@ def _agents(args: argparse.Namespace, verb: str) -> tuple[dict[str, Any], dict[s
     loaded = {name: load_agent(target) for name, target in named}
     # a bad policy file stops it here, before the store opens (a PolicyFileError names file, line and key)
     served = with_policy(args.policy, loaded) if args.policy is not None else loaded
-    store, where = _open_store(args)
+    store, where = open_async_store(args)
     code = {name: on_store(agent, store) for name, agent in loaded.items()}
     if args.policy is None:
         return code, code, where
@@ -400,14 +373,14 @@ def _work(args: argparse.Namespace, console: Console) -> int:
     import asyncio
     import signal
 
-    from handrail.server.reload import PolicyReload
+    from handrail.cli._reload import PolicyReload
     from handrail.worker import Worker
 
     if not args.poll > 0:
         raise CommandError(f"--poll takes a number of seconds above 0, got {args.poll}")
     if args.concurrency < 1:
         raise CommandError("--concurrency takes a whole number of at least 1 for a worker")
-    code, agents, where = _agents(args, "worker")
+    code, agents, where = load_agents(args, "worker")
     store = next(iter(agents.values())).checkpointer
     worker = Worker(agents, concurrency=args.concurrency, poll=args.poll)
     reloading = PolicyReload(args.policy, code, console, worker.use_agents)
@@ -434,19 +407,7 @@ def _work(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a whole number of at least 0, got {text!r}")
-    return value
-
-
 def _sweep_every(text: str) -> float | None:
-    from handrail.cli_sweep import duration_flag
-
     return None if text.strip().lower() in ("off", "0", "never") else duration_flag(text)
 
 
@@ -476,15 +437,3 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
-
-
-def _open_store(args: argparse.Namespace) -> tuple[Any, str]:
-    if args.postgres is not None:
-        from handrail.checkpoint.postgres import AsyncPostgresSaver
-
-        saver = AsyncPostgresSaver.from_conn_string(args.postgres, schema=args.schema)
-        return saver, "PostgreSQL"
-    from handrail.checkpoint.sqlite import AsyncSqliteSaver
-
-    path = args.db or DEFAULT_DB
-    return AsyncSqliteSaver(path), str(path)

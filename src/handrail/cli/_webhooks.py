@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from handrail._review_display import clock, id_column, text_column
+from handrail.cli._flags import add_policy_flag, add_store_flags, count_flag, duration_flag
+from handrail.cli._review_display import clock, id_column, text_column
+from handrail.cli._store import open_async_store, server_db
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -31,9 +33,7 @@ COMMANDS = frozenset({"webhooks", "deliver"})
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail webhooks ...`` and ``handrail deliver`` to the CLI's subcommands."""
-    from handrail.cli_sweep import duration_flag
     from handrail.notify.events import EVENT_TYPES
-    from handrail.server.commands import _count, _policy_flag, _store_flags
 
     hooks = commands.add_parser(
         "webhooks",
@@ -65,11 +65,11 @@ def add_commands(commands: Any) -> None:
     log = actions.add_parser("deliveries", help="the delivery log, newest first")
     log.add_argument("--endpoint", metavar="ID", help="only this endpoint's")
     log.add_argument("--status", choices=("pending", "delivered", "failed"), help="only of this status")
-    log.add_argument("--limit", type=_count, default=50, metavar="N")
+    log.add_argument("--limit", type=count_flag, default=50, metavar="N")
     retry = actions.add_parser("retry", help="send a failed delivery again (the same webhook-id)")
     retry.add_argument("delivery_id")
     for parser in (hooks, add, remove, rotate, test, log, retry, actions.choices["list"]):
-        _store_flags(parser)
+        add_store_flags(parser)
 
     deliver = commands.add_parser(
         "deliver",
@@ -77,12 +77,12 @@ def add_commands(commands: Any) -> None:
         description="Turn the store's feed into deliveries and send them, retrying with backoff, until "
         "interrupted. Any number may run against one database; each delivery is attempted by one at a time.",
     )
-    _store_flags(deliver)
-    _policy_flag(deliver)
+    add_store_flags(deliver)
+    add_policy_flag(deliver)
     deliver.add_argument(
         "--public-url", default="http://127.0.0.1:8000", help="the service's address (links)"
     )
-    deliver.add_argument("--concurrency", type=_count, default=16, metavar="N", help="attempts at once")
+    deliver.add_argument("--concurrency", type=count_flag, default=16, metavar="N", help="attempts at once")
     deliver.add_argument(
         "--poll", type=float, default=0.5, metavar="SECONDS", help="wait between empty rounds"
     )
@@ -102,9 +102,8 @@ def run(args: argparse.Namespace, console: Console, failure: type[Exception]) ->
     if args.webhooks_command is None:
         raise failure("choose an action: webhooks add, list, remove, rotate, test, deliveries or retry")
     from handrail.notify.outbox import Outbox
-    from handrail.server.commands import _server_db
 
-    db = _server_db(args)
+    db = server_db(args)
     try:
         return _webhooks(args, Outbox(db), console, failure)
     finally:
@@ -170,9 +169,8 @@ def _webhooks(args: argparse.Namespace, outbox: Any, console: Console, failure: 
 
 
 def _feed_end(args: argparse.Namespace) -> str | None:
-    from handrail.server.commands import _open_store
 
-    store, _ = _open_store(args)
+    store, _ = open_async_store(args)
 
     async def end() -> str | None:
         try:
@@ -233,7 +231,6 @@ def _deliver(args: argparse.Namespace, console: Console, failure: type[Exception
     from handrail.notify.deliverer import Deliverer, default_channels
     from handrail.notify.outbox import Outbox
     from handrail.review.policy_file import load_policy_file
-    from handrail.server.commands import _open_store, _server_db
 
     if not args.poll > 0:
         raise failure(f"--poll takes a number of seconds above 0, got {args.poll}")
@@ -244,8 +241,8 @@ def _deliver(args: argparse.Namespace, console: Console, failure: type[Exception
         public_url = check_url((settings.public_url if settings else None) or args.public_url, "--public-url")
     except ValueError as exc:
         raise failure(str(exc)) from None
-    store, where = _open_store(args)
-    db = _server_db(args)
+    store, where = open_async_store(args)
+    db = server_db(args)
     outbox = Outbox(db)
 
     async def main() -> int:

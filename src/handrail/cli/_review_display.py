@@ -15,7 +15,7 @@ A review's policy (SPEC rules 14-15) is shown as :func:`approvals_text` ("1 of 2
 :func:`expiry_text` ("expires in 43 min (2026-05-02 08:06 UTC)", or "expired at ..."),
 read from an inbox item's ``approvals`` and ``expires_at``.
 
-Private to the review CLI (``review_cli.py``) and the service's commands.
+Private to :mod:`handrail.cli`: the review commands and the others that print tables.
 """
 
 from __future__ import annotations

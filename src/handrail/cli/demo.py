@@ -8,7 +8,7 @@ what did not, and the agent's final answer.
 
 Everything the terminal does goes through two objects, so tests and other front ends can
 drive the demo without a TTY: a rich :class:`~rich.console.Console` for output and an
-:data:`~handrail.terminal.Ask` function for input::
+:data:`~handrail.cli.terminal.Ask` function for input::
 
     answers = iter(["a", "r", "keep them for the audit"])
     result = run_demo(Console(file=io.StringIO()), lambda prompt: next(answers))
@@ -26,8 +26,8 @@ caller's, the person may also answer "later" at a review and come back to it::
             run_demo(console, ask, checkpointer=saver, thread_id=first.thread_id)
 
 This module runs a demo session: the thread, the narration and the summary. The agent
-itself (workspace, tools, review policy, scripted model) lives in ``handrail._demo_agent``
-and the review prompts in :mod:`handrail.terminal`; the public names of both that a demo
+itself (workspace, tools, review policy, scripted model) lives in ``handrail.cli._demo_agent``
+and the review prompts in :mod:`handrail.cli.terminal`; the public names of both that a demo
 caller needs are re-exported here.
 """
 
@@ -47,7 +47,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from handrail._demo_agent import (
+from handrail.agent import Agent
+from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver
+from handrail.cli._demo_agent import (
     TASK,
     DemoError,
     DemoWorkspace,
@@ -58,22 +60,19 @@ from handrail._demo_agent import (
     scripted_demo_model,
     split_edit_notice,
 )
-from handrail._demo_outcomes import ToolOutcome, outcomes_from_trail
-from handrail._demo_tidy import remove_finished_workdirs
-from handrail.agent import Agent
-from handrail.checkpoint import BaseCheckpointSaver, InMemorySaver
-from handrail.errors import ConflictError
-from handrail.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from handrail.models import ChatModel
-from handrail.terminal import (
+from handrail.cli._demo_outcomes import ToolOutcome, outcomes_from_trail
+from handrail.cli._demo_tidy import remove_finished_workdirs
+from handrail.cli._safe_text import safe_markup, safe_text
+from handrail.cli.terminal import (
     Ask,
     ReviewDeferred,
     TerminalReviewer,
     UnsupportedInterruptError,
     preview,
-    safe_markup,
-    safe_text,
 )
+from handrail.errors import ConflictError
+from handrail.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from handrail.models import ChatModel
 from handrail.types import Command, GraphOutput, RunnableConfig
 
 __all__ = [

@@ -8,7 +8,7 @@ which roles may decide it (rule 12), or when it expired (rule 15). Nothing of a 
 answer is saved.
 
 ``approve --grant ...`` sends an approval that carries a grant (rule 16) and then says
-what the grant covers (``handrail.cli_grants``).
+what the grant covers (``handrail.cli._grants``).
 
 An answer to a review whose policy counts approvals (rule 14) is a vote: while the
 review waits for more, the command prints "Approval recorded: 1 of 2 (alice)" - who
@@ -18,7 +18,7 @@ approved so far, and the edit the approvals are for - not that it was decided.
 proposed values; ``edit --editor`` edits the whole object. Either way the library
 validates the result as any edit (rule 5).
 
-Private to :mod:`handrail.review_cli`.
+Private to :mod:`handrail.cli._review`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from rich.console import Console
 from rich.text import Text
 
 from handrail._message_display import visible
-from handrail._review_display import action_of, approvals_text, clock, counted
-from handrail._terminal_edit import EditorUnavailableError, edit_in_editor
-from handrail.terminal import safe_markup, safe_text
+from handrail.cli._errors import CommandError
+from handrail.cli._review_display import action_of, approvals_text, clock, counted
+from handrail.cli._safe_text import safe_markup, safe_text
+from handrail.cli._terminal_edit import EditorUnavailableError, edit_in_editor
 
-__all__ = ["EDIT_RULE", "CommandError", "answer"]
+__all__ = ["EDIT_RULE", "answer"]
 
 EDIT_RULE = (
     "--args takes a JSON object: the keys you give replace those proposed, the others keep their "
@@ -44,13 +45,9 @@ EDIT_RULE = (
 )
 
 
-class CommandError(ValueError):
-    """A review command cannot go on; the message says why."""
-
-
 def answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
     """Answer one interrupt as ``args`` say (approve, reject, respond or edit); print the outcome."""
-    from handrail.review_client import ReviewError
+    from handrail.cli._review_client import ReviewError
 
     item = _find(reviews, args.interrupt_id)
     decision = _decision(args, item)
@@ -81,7 +78,7 @@ def answer(reviews: Any, args: argparse.Namespace, console: Console) -> int:
         ended = values["messages"][-1].get("content", "")
         console.print(Text.assemble("The run ended: ", safe_text(ended, newlines=True)))
     if "grant" in decision:  # what the grant covers, until when, for how many calls (rule 16)
-        from handrail.cli_grants import print_given
+        from handrail.cli._grants import print_given
 
         print_given(reviews, item, console)
     return 0
@@ -119,7 +116,7 @@ def _print_vote(console: Console, result: dict[str, Any], item: dict[str, Any]) 
 def _count_reached(reviews: Any, item: dict[str, Any]) -> str | None:
     """How far the approvals of a review that counts them came, from its thread's audit:
     ``2 of 2 approvals (alice, bob)`` (None when the audit cannot be read or has none)."""
-    from handrail.review_client import ReviewError
+    from handrail.cli._review_client import ReviewError
 
     try:
         entries = reviews.audit(item["thread_id"])
@@ -146,7 +143,7 @@ def _still(counts: list[dict[str, Any]]) -> str:
 
 
 def _one_line(value: Any) -> str:
-    from handrail._review_display import one_line
+    from handrail.cli._review_display import one_line
 
     return one_line(value)
 
@@ -212,7 +209,7 @@ _PAST = {"approve": "approved", "reject": "rejected", "respond": "answered", "ed
 
 def _how_answered(reviews: Any, item: dict[str, Any]) -> str | None:
     """How the review was answered (``approved``, ``rejected`` ...), if its thread's audit says."""
-    from handrail.review_client import ReviewError
+    from handrail.cli._review_client import ReviewError
 
     try:
         entries = reviews.audit(item["thread_id"])
@@ -230,7 +227,7 @@ def _how_answered(reviews: Any, item: dict[str, Any]) -> str | None:
 
 def _decision(args: argparse.Namespace, item: dict[str, Any]) -> dict[str, Any]:
     if args.command == "approve":
-        from handrail.cli_grants import grant_of
+        from handrail.cli._grants import grant_of
 
         grant = grant_of(args)  # rule 16: an approval may carry a grant
         return {"type": "approve", "grant": grant} if grant is not None else {"type": "approve"}

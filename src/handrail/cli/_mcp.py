@@ -22,6 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from handrail.cli._flags import add_store_flags
+from handrail.cli._store import open_async_store, server_db
+
 __all__ = ["COMMANDS", "add_commands", "run"]
 
 COMMANDS = frozenset({"mcp"})
@@ -29,8 +32,6 @@ COMMANDS = frozenset({"mcp"})
 
 def add_commands(commands: Any) -> None:
     """Add ``handrail mcp`` and ``handrail mcp init`` to the CLI's subcommands."""
-    from handrail.server.commands import _store_flags
-
     gateway = commands.add_parser(
         "mcp",
         help="an MCP server in front of MCP servers: gated tool calls become reviews",
@@ -62,7 +63,7 @@ def add_commands(commands: Any) -> None:
         help="seconds a gated call waits before 'review pending' (default: 55)",
     )
     gateway.add_argument("--public-url", metavar="URL", help="where reviewers reach the reviewer side")
-    _store_flags(gateway)
+    add_store_flags(gateway)
     steps = gateway.add_subparsers(dest="mcp_command", metavar="ACTION")
     init = steps.add_parser("init", help="write a policy file from the upstreams' tool annotations")
     _upstream_flags(init)
@@ -180,7 +181,6 @@ def _comment(text: str) -> str:
 def _serve(args: argparse.Namespace, servers: dict[str, Any], failure: type[Exception]) -> int:
     from handrail.mcp.gateway import Gateway
     from handrail.mcp.upstreams import Upstreams
-    from handrail.server.commands import _open_store, _server_db
 
     if not args.hold >= 0:
         raise failure(f"--hold is a number of seconds, 0 or more; got {args.hold}")
@@ -188,8 +188,8 @@ def _serve(args: argparse.Namespace, servers: dict[str, Any], failure: type[Exce
         from handrail.review.policy_file import load_policy_file
 
         load_policy_file(args.policy)  # a bad file stops it here, naming file, line and key
-    store, where = _open_store(args)
-    db = _server_db(args)
+    store, where = open_async_store(args)
+    db = server_db(args)
     gateway = Gateway(
         Upstreams(servers, timeout=args.timeout),
         store,

@@ -6,7 +6,7 @@ file (``write_file``: every decision allowed) and deletes them (``execute_sql``:
 edit or reject); :func:`demo_middleware` is that policy. :func:`scripted_demo_model` plays
 the task without an API key, and :func:`build_demo_agent` puts the pieces together.
 
-Private: :mod:`handrail.demo` re-exports the public names and runs the agent in a terminal.
+Private: :mod:`handrail.cli.demo` re-exports the public names and runs the agent in a terminal.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ decide and the grants they gave (``GET /handrail/grants``); on a store (``--db``
 ``grants list --agent`` names an assistant; with a store, ``--agent`` is the store's agent.
 
 Every value that came from a model, a tool or a person is printed through
-:func:`handrail.terminal.safe_text`.
+:func:`handrail.cli._safe_text.safe_text`.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from rich.text import Text
 from handrail._duration import DurationError, parse_duration
 from handrail._duration import span as _span
 from handrail._message_display import visible
-from handrail._review_answer import CommandError
-from handrail._review_display import clock, id_column, one_line, text_column
+from handrail.cli._errors import CommandError
+from handrail.cli._review_display import clock, id_column, one_line, text_column
+from handrail.cli._safe_text import safe_text
 from handrail.review.grants import MAX_GRANT_TTL, MAX_GRANT_USES, grant_id
-from handrail.terminal import safe_text
 
 __all__ = ["COMMANDS", "add_commands", "add_grant_flags", "grant_of", "print_given", "run"]
 
@@ -145,7 +145,7 @@ def _bounds(grant: dict[str, Any], at: float) -> str:
 def print_given(reviews: Any, item: dict[str, Any], console: Console) -> None:
     """After an approval that carried a grant: what each grant given covers, until when and for
     how many calls; a grant the store did not record is a CommandError (the approval stands)."""
-    from handrail.review_client import ReviewError
+    from handrail.cli._review_client import ReviewError
 
     wanted = {
         grant_id(item["thread_id"], item["interrupt_id"], str(r["tool_call_id"])): str(r.get("name"))
@@ -190,7 +190,7 @@ def print_given(reviews: Any, item: dict[str, Any], console: Console) -> None:
 # handrail grants list | revoke --------------------------------------------------------------------
 def add_commands(commands: Any) -> None:
     """Add ``handrail grants`` to the CLI's subcommands."""
-    from handrail.review_cli import where_flags
+    from handrail.cli._review import where_flags
 
     grants = commands.add_parser(
         "grants",
@@ -228,7 +228,7 @@ def add_commands(commands: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Run ``handrail grants ...``; return the exit code."""
-    from handrail.review_client import ReviewError, ServiceReviews, open_reviews
+    from handrail.cli._review_client import ReviewError, ServiceReviews, open_reviews
     from handrail.server.loading import LoadError
 
     if args.grants_command not in ("list", "revoke"):

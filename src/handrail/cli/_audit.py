@@ -1,6 +1,6 @@
 """``handrail audit verify``: check threads' logs against their hash chains (SPEC rule 18).
 
-The ``audit`` parser is the review CLI's (``review_cli.py``); ``audit verify`` comes here.
+The ``audit`` parser is the review CLI's (``_review.py``); ``audit verify`` comes here.
 
 ::
 
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from handrail.checkpoint.base import BaseCheckpointSaver, ThreadFilter
-from handrail.terminal import safe_console, safe_markup
+from handrail.cli._safe_text import safe_console, safe_markup
 from handrail.types import AuditVerification
 
 __all__ = ["run", "verify_thread"]

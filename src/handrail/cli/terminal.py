@@ -24,14 +24,12 @@ drive it without a TTY: a rich :class:`~rich.console.Console` for output and an
         )
     reviewer.verdicts  # {tool call id: Verdict(label="approved" | "edited" | ..., final_args=...)}
 
-``handrail demo`` (:func:`handrail.demo.run_demo`) reviews its thread this way.
+``handrail demo`` (:func:`handrail.cli.demo.run_demo`) reviews its thread this way.
 
 Tool names, arguments, descriptions and messages come from the model and from tools, so
 they are untrusted: everything this module prints from them goes through
-:func:`safe_text` or :func:`safe_markup`, which show control characters and invisible
-formatting characters as escapes (``\\x1b``, ``\\u202e``) and keep rich markup in them
-as text. :func:`safe_console` makes a console that applies the same rule to everything
-printed on it, as a last line of defence; the ``handrail`` command prints through one.
+:func:`~handrail.cli._safe_text.safe_text` or
+:func:`~handrail.cli._safe_text.safe_markup` (``_safe_text.py``).
 """
 
 from __future__ import annotations
@@ -41,107 +39,34 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rich.console import (
-    Console,
-    ConsoleOptions,
-    ConsoleRenderable,
-    Group,
-    RenderableType,
-    RenderHook,
-    RenderResult,
-)
+from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.panel import Panel
-from rich.segment import Segment
 from rich.syntax import Syntax
 from rich.text import Text
 
-from handrail._message_display import ONE_LINE_HIDDEN, TERMINAL_HIDDEN, escape_char, visible, visible_json
-from handrail._terminal_edit import EditorUnavailableError, edit_in_editor, read_text_value, schema_problems
+from handrail._message_display import visible, visible_json
+from handrail.cli._safe_text import safe_markup, safe_text
+from handrail.cli._terminal_edit import (
+    EditorUnavailableError,
+    edit_in_editor,
+    read_text_value,
+    schema_problems,
+)
 from handrail.errors import HandrailError, InvalidDecisionError
 from handrail.types import GraphOutput, Interrupt
 
 __all__ = [
-    "ESCAPE_STYLE",
     "Ask",
     "ReviewDeferred",
     "TerminalReviewer",
     "UnsupportedInterruptError",
     "Verdict",
     "preview",
-    "safe_console",
-    "safe_markup",
-    "safe_text",
 ]
 
 Ask = Callable[[str], str]
 """Reads one answer from the person: gets a plain-text prompt, returns what they typed."""
-
-ESCAPE_STYLE = "reverse"
-"""How :func:`safe_text` sets an escape apart from text that merely looks like one."""
-
-
-def safe_text(value: object, *, newlines: bool = False, style: str = "") -> Text:
-    """``value`` as a rich :class:`~rich.text.Text`, safe to print from untrusted data.
-
-    Control characters and invisible formatting characters (ANSI and OSC escape
-    sequences, bidirectional overrides and isolates, zero-width characters) are shown
-    as escapes such as ``\\x1b`` or ``\\u202e``, in :data:`ESCAPE_STYLE`; a ``Text`` is
-    never read as markup. With ``newlines``, newlines and tabs are kept (a value shown on
-    several lines on purpose); without, they are escaped too.
-    """
-    text = "" if value is None else str(value)
-    rule = TERMINAL_HIDDEN if newlines else ONE_LINE_HIDDEN
-    out = Text(style=style)
-    start = 0
-    for found in rule.finditer(text):
-        out.append(text[start : found.start()])
-        out.append(escape_char(found.group()), style=ESCAPE_STYLE)
-        start = found.end()
-    out.append(text[start:])
-    return out
-
-
-def safe_markup(value: object, *, newlines: bool = False) -> str:
-    """``value`` for a rich markup string: hidden characters escaped as :func:`safe_text`
-    does (without its style), and square brackets that would read as markup escaped."""
-    return escape(visible(value, newlines=newlines))
-
-
-class _Escaped:
-    """A renderable whose text segments have their hidden characters shown as escapes."""
-
-    def __init__(self, inner: ConsoleRenderable) -> None:
-        self.inner = inner
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        for segment in console.render(self.inner, options):
-            if segment.control or not TERMINAL_HIDDEN.search(segment.text):
-                yield segment
-            else:
-                yield Segment(visible(segment.text, newlines=True), segment.style)
-
-
-class _EscapeHidden(RenderHook):
-    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
-        return [_Escaped(renderable) for renderable in renderables]
-
-
-def safe_console(**options: Any) -> Console:
-    """A rich :class:`~rich.console.Console` (``options`` as ``Console`` takes them) that
-    never writes a control or invisible formatting character of what it prints raw.
-
-    Whatever is printed, a hidden character in its text is shown as an escape
-    (``\\x1b``, ``\\u202e``), while the console's own styles still reach the terminal.
-    It is a last line of defence: values should still be printed through
-    :func:`safe_text` or :func:`safe_markup`, which escape before the layout is made
-    (so columns line up) and set the escapes apart. Writes to ``console.file`` itself
-    are not covered.
-    """
-    console = Console(**options)
-    console.push_render_hook(_EscapeHidden())
-    return console
-
 
 _DECISION_KEYS: dict[str, str] = {"approve": "a", "edit": "e", "reject": "r", "respond": "s"}
 _LATER = "later"
@@ -153,7 +78,7 @@ class ReviewDeferred(Exception):
     """The person chose to answer a review later; nothing of that review was sent.
 
     Raised by :class:`TerminalReviewer` (only when it offers "later"). The thread keeps
-    the review pending; :func:`handrail.demo.run_demo`, for one, catches it and returns a
+    the review pending; :func:`handrail.cli.demo.run_demo`, for one, catches it and returns a
     result with ``waiting=True``.
     """
 

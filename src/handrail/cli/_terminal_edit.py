@@ -1,6 +1,6 @@
 """Helpers for editing a tool call's arguments in a terminal review.
 
-:class:`~handrail.terminal.TerminalReviewer` checks each edit as it is entered, so a
+:class:`~handrail.cli.terminal.TerminalReviewer` checks each edit as it is entered, so a
 wrong edit is refused at once and the model's proposal is kept. Without a better check
 (``handrail demo`` passes the tools' own validation) :func:`schema_problems` compares the
 edit with the JSON schema the review request carries (``review_configs[i]["args_schema"]``):
@@ -9,7 +9,7 @@ unknown and missing arguments, and the JSON type of each value.
 :func:`edit_in_editor` opens ``$VISUAL`` or ``$EDITOR`` on a text (the whole JSON object of
 the arguments) and returns what the person saved.
 
-Private to :mod:`handrail.terminal`.
+Private to :mod:`handrail.cli.terminal`.
 """
 
 from __future__ import annotations

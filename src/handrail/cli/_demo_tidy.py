@@ -1,13 +1,13 @@
 """Removing the working folders of finished demo threads, so they do not pile up.
 
 Each demo thread started without ``--workdir`` gets a folder in
-:func:`~handrail._demo_agent.default_workdirs` (one folder in the temporary directory).
+:func:`~handrail.cli._demo_agent.default_workdirs` (one folder in the temporary directory).
 When a new thread starts, the folders of the threads that store shows as finished (no
 review pending, nothing left to run) go: a finished thread is replayed from its log and
 needs no files. Folders of waiting threads, of threads in other stores, and every folder
 the person chose with ``--workdir`` are left alone.
 
-Private to :mod:`handrail.demo`.
+Private to :mod:`handrail.cli.demo`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from handrail._demo_agent import default_workdirs
 from handrail.checkpoint import BaseCheckpointSaver
+from handrail.cli._demo_agent import default_workdirs
 
 __all__ = ["remove_finished_workdirs"]
 

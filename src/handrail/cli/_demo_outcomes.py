@@ -6,7 +6,7 @@ reviewer first, was decided elsewhere. The audit trail (``Agent.get_audit_trail`
 every review request, every answer and every tool start with the arguments that actually
 ran, so it is the one source for the review column and the arguments column alike.
 
-Private: :mod:`handrail.demo` re-exports :class:`ToolOutcome`.
+Private: :mod:`handrail.cli.demo` re-exports :class:`ToolOutcome`.
 """
 
 from __future__ import annotations
