@@ -9,14 +9,15 @@ thread rows; both read the store's small per-thread rows, not the logs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Literal
 
 from handrail.agent.callers import caller_of, reviewer_of
 from handrail.agent.core import AgentCore
 from handrail.agent.work import Steps, Work
-from handrail.checkpoint.base import ClaimFilter, PendingOrder, ThreadRecord
+from handrail.checkpoint.base import ClaimFilter, PendingFilter, PendingOrder, ThreadRecord
 from handrail.runtime import inbox, loop, reading
 from handrail.runtime.effects import Env
 from handrail.runtime.inbox import InterruptPage
@@ -118,8 +119,8 @@ class State(AgentCore):
             page = agent.list_interrupts(order="newest", limit=20)
             more = agent.list_interrupts(order="newest", limit=20, cursor=page.next_cursor)
         """
-        filters = (tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners)
-        return self._inbox(*filters, reviewer).run()
+        filters = (tool, thread_id, older_than, metadata, kind, limit, cursor, order)
+        return self._inbox(partial(inbox.pending_filter, *filters, owners=owners), reviewer).run()
 
     async def alist_interrupts(
         self,
@@ -136,28 +137,14 @@ class State(AgentCore):
         owners: ClaimFilter | None = None,
     ) -> InterruptPage:
         """Async :meth:`list_interrupts`."""
-        filters = (tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners)
-        return await self._inbox(*filters, reviewer).arun()
+        filters = (tool, thread_id, older_than, metadata, kind, limit, cursor, order)
+        return await self._inbox(partial(inbox.pending_filter, *filters, owners=owners), reviewer).arun()
 
-    def _inbox(
-        self,
-        tool: str | None,
-        thread_id: str | None,
-        older_than: float | timedelta | None,
-        metadata: Mapping[str, Any] | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-        order: PendingOrder,
-        owners: ClaimFilter | None,
-        reviewer: Any,
-    ) -> Work[InterruptPage]:
+    def _inbox(self, filter: Callable[[], PendingFilter], reviewer: Any) -> Work[InterruptPage]:
+        """The inbox's page: ``filter`` makes the filter, once the agent is known to have a store."""
         store = self._store_or_raise()
-        filter = inbox.pending_filter(
-            tool, thread_id, older_than, metadata, kind, limit, cursor, order, owners=owners
-        )
         env = Env(self._spec, store, "")
-        return Work(inbox.listing(env, filter, reviewer_of(reviewer)), env)
+        return Work(inbox.listing(env, filter(), reviewer_of(reviewer)), env)
 
     def list_threads(
         self,

@@ -26,6 +26,7 @@ from handrail.checkpoint._kept import (
     seal_of,
 )
 from handrail.checkpoint._records import (
+    check_numbering,
     check_reading,
     deletion_passes,
     deletion_time,
@@ -118,14 +119,7 @@ class InMemorySaver(BaseCheckpointSaver):
                     f"thread {thread_id!r} was deleted and started again since it was read",
                     thread_id=thread_id,
                 )
-            for offset, event in enumerate(events, start=1):
-                if event.seq != expected_seq + offset:
-                    raise ValueError(
-                        f"events must be numbered from {expected_seq + 1} without gaps, "
-                        f"got {event.seq} at position {offset}"
-                    )
-            if record.head_seq != expected_seq + len(events):
-                raise ValueError("the thread record's head_seq must be the last event's seq")
+            check_numbering(events, expected_seq, record)
             check_reading(reading, record)
             # grants born with these events: a bad one is refused before anything changes
             kept_grants = apply_change(self._grants, grants) if grants is not None else None

@@ -186,14 +186,7 @@ async def _clicked(service: Service, settings: SlackSettings, payload: dict[str,
             later(open_modal(settings, trigger, _modal(decision, target, place)))
         return Response(status_code=200)
     try:
-        recorded = await record_answer(
-            service,
-            target.thread_id,
-            target.interrupt_id,
-            answer_for(target, "approve"),
-            credential,
-            channel="slack",
-        )
+        recorded = await _record(service, target, answer_for(target, "approve"), credential)
     except Exception as exc:
         refusal, stamp = _refusal(exc)
         later(tell(settings, place, user, f"Not recorded: {refusal}"))
@@ -204,6 +197,15 @@ async def _clicked(service: Service, settings: SlackSettings, payload: dict[str,
     if place.blocks:
         later(update(settings, place, stamped(place.blocks, stamp, keep_buttons=waiting)))
     return Response(status_code=200)
+
+
+async def _record(
+    service: Service, target: ButtonTarget, answer: Any, credential: Credential
+) -> dict[str, Any]:
+    """Record a Slack user's answer (channel ``slack``) by the rules every channel answers by."""
+    return await record_answer(
+        service, target.thread_id, target.interrupt_id, answer, credential, channel="slack"
+    )
 
 
 def _user(payload: dict[str, Any]) -> str:
@@ -305,14 +307,7 @@ async def _submitted(service: Service, settings: SlackSettings, payload: dict[st
         return _modal_error(why)
     asked = await _asked(service, target, meta.get("u"))
     try:
-        recorded = await record_answer(
-            service,
-            target.thread_id,
-            target.interrupt_id,
-            answer_for(target, decision, message),
-            credential,
-            channel="slack",
-        )
+        recorded = await _record(service, target, answer_for(target, decision, message), credential)
     except Exception as exc:
         return _modal_error(f"Not recorded: {_refusal(exc)[0]}")
     place = Place.named(meta.get("c"), meta.get("ts"))
