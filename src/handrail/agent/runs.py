@@ -24,10 +24,13 @@ from handrail.types import GraphOutput, Interrupt, RunnableConfig
 __all__ = ["STREAM_MODES", "Runs", "StreamMode", "Version"]
 
 StreamMode = Literal["values", "updates", "messages", "custom"]
+"""A mode of ``stream``: what it yields as the run goes."""
 STREAM_MODES: tuple[str, ...] = ("values", "updates", "messages", "custom")
+"""Every stream mode, in the order the docs list them."""
 Version = Literal["v1", "v2"]
+"""The shape of what ``invoke`` returns and ``stream`` yields (LangGraph's ``version``)."""
 
-Shape = Callable[[str, Any], Any]
+Shape = Callable[[str, Any], Any]  # how a stream turns (mode, chunk) into what it yields
 
 
 class Runs(AgentCore):
