@@ -18,7 +18,7 @@ from handrail.errors import ConfigurationError
 from handrail.middleware.types import AgentMiddleware
 
 if TYPE_CHECKING:
-    from handrail.agent import Agent
+    from handrail.agent.core import AgentCore
     from handrail.models.base import ChatModel
     from handrail.types import RunnableConfig
 
@@ -63,7 +63,7 @@ def merge_configs(base: Mapping[str, Any], extra: Mapping[str, Any] | None) -> d
     return merged
 
 
-def run_config(agent: Agent, config: RunnableConfig | None, options: Mapping[str, Any]) -> Any:
+def run_config(agent: AgentCore, config: RunnableConfig | None, options: Mapping[str, Any]) -> Any:
     """The config a run uses: the agent's bound config under the caller's; options checked."""
     unknown = sorted(set(options) - set(_IGNORED_OPTIONS))
     if unknown:

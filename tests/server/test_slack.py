@@ -26,7 +26,7 @@ from handrail.notify.channels import Delivery, Endpoint
 from handrail.notify.events import event_of
 from handrail.notify.slack import SlackChannel, SlackSettings
 from handrail.runtime import answering
-from handrail.server import slack
+from handrail.server import slack, slack_replies
 from handrail.server.app import create_app
 from handrail.server.slack_users import SlackUsers
 
@@ -165,7 +165,7 @@ class World:
     ) -> httpx.Response:
         body, headers = signed(payload, secret, at=at)
         reply = await self.http.post("/handrail/slack/actions", content=body, headers=headers)
-        await slack.settle()
+        await slack_replies.settle()
         return reply
 
     async def click(self, ts: str, decision: str, user: str) -> httpx.Response:
@@ -387,7 +387,7 @@ async def test_a_slow_slack_api_does_not_hold_the_answer(world: World) -> None:
     reply = await world.http.post("/handrail/slack/actions", content=body, headers=headers)
     assert reply.status_code == 200 and time.monotonic() - started < 3.0  # Slack waits 3 s at most
     assert len(await world.answers(thread)) == 1
-    await slack.settle()
+    await slack_replies.settle()
     assert "Approved by *bob*" in text_of(world.blocks(ts))
 
 

@@ -573,21 +573,13 @@ def test_expire_reports_only_what_its_expiry_resolved(
     rules = policy(expires_after=HOUR)
     owner, interrupt = paused(make_agent, location, rules)
     expirer = make_agent([], policy=rules, checkpointer=location.saver())
-    run, arun = expirer._run_sync, expirer._run_async
+    run = expirer._run
 
-    def decide_meanwhile() -> None:
+    def decided_meanwhile(*args: Any) -> Any:  # after the sweep listed the review as lapsed
         owner.decide("t1", interrupt.id, batch(APPROVE), reviewer=BOB)
+        return run(*args)  # the run of the expiry, driven sync or async
 
-    def run_sync(*args: Any) -> Any:  # after the sweep listed the review as lapsed
-        decide_meanwhile()
-        return run(*args)
-
-    async def run_async(*args: Any) -> Any:
-        decide_meanwhile()
-        return await arun(*args)
-
-    monkeypatch.setattr(expirer, "_run_sync", run_sync)
-    monkeypatch.setattr(expirer, "_run_async", run_async)
+    monkeypatch.setattr(expirer, "_run", decided_meanwhile)
     at = time.time() + 2 * HOUR
     reported = expirer.expire("t1", now=at) if via == "expire" else sweep({"sql": expirer}, now=at)
     (answered,) = trail(owner, "t1", "answered")

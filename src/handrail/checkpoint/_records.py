@@ -36,6 +36,7 @@ __all__ = [
     "Migration",
     "check_append",
     "check_name",
+    "check_numbering",
     "check_thread_id",
     "checked_time",
     "column_bytes",
@@ -89,7 +90,15 @@ class Migration:
 def check_append(
     thread_id: str, events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord
 ) -> None:
-    """Refuse a malformed append before touching the database (same rules as memory)."""
+    """Refuse a malformed append before touching the database."""
+    check_numbering(events, expected_seq, record)
+    if record.status not in STATUSES:
+        raise ValueError(f"thread status must be one of {sorted(STATUSES)}, got {record.status!r}")
+
+
+def check_numbering(events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord) -> None:
+    """Refuse events not numbered on from ``expected_seq`` without gaps, or a record whose head
+    is not the last of them (every store, the in-memory one too)."""
     for offset, event in enumerate(events, start=1):
         if event.seq != expected_seq + offset:
             raise ValueError(
@@ -98,8 +107,6 @@ def check_append(
             )
     if record.head_seq != expected_seq + len(events):
         raise ValueError("the thread record's head_seq must be the last event's seq")
-    if record.status not in STATUSES:
-        raise ValueError(f"thread status must be one of {sorted(STATUSES)}, got {record.status!r}")
 
 
 def check_reading(reading: StoredEvent | None, record: ThreadRecord) -> None:

@@ -57,15 +57,16 @@ The whole protocol:
     ``queue`` only to stores that take them, and the defaults here refuse to read.
 
 Each method has an async twin with an ``a`` prefix. The defaults here run the sync
-method in a worker thread; stores with a native async driver override them.
+method in a worker thread (``_blocking``); stores with a native async driver override
+them. The records the protocol takes and gives are in :mod:`handrail.checkpoint.stored`,
+its filters in :mod:`handrail.checkpoint.filters`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, TypeVar
 
 from handrail.checkpoint.filters import (
     ClaimFilter,
@@ -76,6 +77,19 @@ from handrail.checkpoint.filters import (
     metadata_matches,
 )
 from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord
+from handrail.checkpoint.stored import (
+    NOTICE_KINDS,
+    QUEUED_RUN,
+    DeletionRecord,
+    Derived,
+    FeedEntry,
+    Notice,
+    PendingItem,
+    PendingReview,
+    StoredEvent,
+    ThreadRead,
+    ThreadRecord,
+)
 
 __all__ = [
     "NOTICE_KINDS",
@@ -98,149 +112,7 @@ __all__ = [
     "metadata_matches",
 ]
 
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """One serialised event: its number, kind, time (epoch seconds) and JSON payload."""
-
-    seq: int
-    kind: str
-    created_at: float
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReview:
-    """A pending interrupt as the inbox sees it, without reading the thread's log."""
-
-    interrupt_id: str
-    kind: str
-    tools: tuple[str, ...]
-    created_at: float
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRecord:
-    """The small per-thread row written with every append.
-
-    ``epoch`` is chosen when the thread is created; a thread deleted and created again
-    gets a new one, so cached readings of the old thread are never mistaken for it.
-    ``head_hash`` is set by the store on the records it reads back: the value the
-    thread's hash chain held after its head when the row was written (``seals.py``,
-    rule 1; None for a row written before rows were sealed, or a log without seals).
-    A reader of the log checks it against the log. An append ignores it: the store
-    takes the head hash from the events it appends. It takes no part in comparisons.
-    """
-
-    thread_id: str
-    head_seq: int
-    status: ThreadStatus
-    epoch: str
-    created_at: float
-    updated_at: float
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    pending: tuple[PendingReview, ...] = ()
-    head_hash: bytes | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRead:
-    """What :meth:`BaseCheckpointSaver.read` returns: the record and the events asked for.
-
-    With ``read(..., from_reading=True)``, ``reading`` is the thread's saved reading (an
-    opaque payload of the state at event ``reading.seq``) when it has one, and
-    ``events`` are only those after it.
-    """
-
-    record: ThreadRecord | None
-    events: list[StoredEvent]
-    reading: StoredEvent | None = None  # with ``from_reading``: the saved reading the events follow
-
-
-NOTICE_KINDS = frozenset(
-    {"review.requested", "review.approved", "review.decided", "review.expired", "run.finished"}
-)
-"""The kinds of the feed's notices; a stored notice of any other kind is damage."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """A row for the store's feed, written with an append: what readers are told.
-
-    ``kind`` is one of :data:`NOTICE_KINDS`;
-    ``data`` is its JSON (handrail's serialisation), packed as event payloads are
-    (compressed when large: ``runtime.events.decode_notice`` reads it), kept by the store
-    as it is.
-    """
-
-    kind: str
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class FeedEntry:
-    """A notice as the feed gives it back: where it is in the feed, and for which event.
-
-    ``cursor`` is its place: a decimal number, rising in commit order and never given
-    twice (:func:`feed_position`); ``read_feed(after=cursor)`` continues after it.
-    ``seq`` is the thread's head after the append that wrote the notice.
-    """
-
-    cursor: str
-    thread_id: str
-    seq: int
-    kind: str
-    created_at: float
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class DeletionRecord:
-    """What deleting a thread leaves behind (SPEC rule 21): the only trace of its log.
-
-    ``deleted_at`` is when (the saver's clock, epoch seconds to the microsecond, the
-    precision of the audit's times); ``by`` who deleted it, a JSON value such as
-    ``{"id": "ann", "roles": [...]}`` (None when nobody was named); ``head_seq`` the
-    number of the log's last record (0 for an empty log) and ``head_hash`` the hash
-    sealed into it (64 hex digits, as :attr:`~handrail.types.AuditVerification.head_hash`
-    gives it; None when that record carries no seal, or the log was empty); ``metadata``
-    the thread's, as it was. A thread deleted, made again and deleted again leaves one
-    record each time.
-    """
-
-    thread_id: str
-    deleted_at: float
-    by: Any
-    head_seq: int
-    head_hash: str | None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-class Derived(NamedTuple):
-    """What a thread's log says its derived rows must be (:meth:`BaseCheckpointSaver.repair_thread`).
-
-    ``record`` is the thread row the runtime would write at the log's head (a new epoch,
-    and the last record's time as ``updated_at``: a store keeps its row's own when that
-    row is intact); ``head_hash`` the value the chain holds after the head
-    (``seals.py``, rule 1).
-    """
-
-    record: ThreadRecord
-    head_hash: bytes | None
-
-
-QUEUED_RUN = "queued"
-"""The run id of a thread's queued row: no run of its own is ever named so (theirs start ``run-``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingItem:
-    """One entry of the inbox: a pending review and the thread it belongs to."""
-
-    thread_id: str
-    review: PendingReview
-    metadata: Mapping[str, Any]
+T = TypeVar("T")
 
 
 class BaseCheckpointSaver(ABC):
@@ -429,7 +301,15 @@ class BaseCheckpointSaver(ABC):
         it was, when it was revoked already), or None when there is no such grant."""
         raise NotImplementedError(f"{type(self).__name__} keeps no grants")
 
-    # Async twins (defaults run the sync method in a worker thread) ----------
+    # Async twins (defaults hand the sync method to :meth:`_blocking`) ------
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        """How the async defaults call a sync method: in a worker thread, so the event loop
+        never waits on it. A store whose sync methods never block overrides it to call
+        them at once (``InMemorySaver``)."""
+        import asyncio
+
+        return await asyncio.to_thread(call)
+
     async def aappend(
         self,
         thread_id: str,
@@ -446,10 +326,8 @@ class BaseCheckpointSaver(ABC):
         grants: GrantChange | None = None,
     ) -> None:
         """Async :meth:`append`."""
-        import asyncio
-
         extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue, grants=grants)
-        await asyncio.to_thread(
+        await self._blocking(
             lambda: self.append(
                 thread_id,
                 events,
@@ -465,57 +343,41 @@ class BaseCheckpointSaver(ABC):
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
         """Async :meth:`read`."""
-        import asyncio
-
         extra = later_keywords(from_reading=from_reading)
-        return await asyncio.to_thread(
+        return await self._blocking(
             lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
         )
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
         """Async :meth:`get_thread`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.get_thread, thread_id)
+        return await self._blocking(lambda: self.get_thread(thread_id))
 
     async def alist_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
         """Async :meth:`list_threads`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.list_threads, filter)
+        return await self._blocking(lambda: self.list_threads(filter))
 
     async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
         """Async :meth:`list_pending`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.list_pending, filter)
+        return await self._blocking(lambda: self.list_pending(filter))
 
     async def alist_grants(self, filter: GrantFilter) -> list[GrantRecord]:
         """Async :meth:`list_grants`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.list_grants, filter)
+        return await self._blocking(lambda: self.list_grants(filter))
 
     async def aspend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
         """Async :meth:`spend_grants`."""
-        import asyncio
-
-        await asyncio.to_thread(lambda: self.spend_grants(grant_ids, thread_id=thread_id, at=at))
+        await self._blocking(lambda: self.spend_grants(grant_ids, thread_id=thread_id, at=at))
 
     async def arevoke_grant(
         self, grant_id: str, *, by: Any = None, at: float | None = None
     ) -> GrantRecord | None:
         """Async :meth:`revoke_grant`."""
-        import asyncio
-
-        return await asyncio.to_thread(lambda: self.revoke_grant(grant_id, by=by, at=at))
+        return await self._blocking(lambda: self.revoke_grant(grant_id, by=by, at=at))
 
     async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         """Async :meth:`delete_thread`."""
-        import asyncio
-
         extra = later_keywords(by=by)
-        return await asyncio.to_thread(lambda: self.delete_thread(thread_id, **extra))
+        return await self._blocking(lambda: self.delete_thread(thread_id, **extra))
 
     async def alist_deletions(
         self,
@@ -527,9 +389,7 @@ class BaseCheckpointSaver(ABC):
         limit: int = 1000,
     ) -> list[DeletionRecord]:
         """Async :meth:`list_deletions`."""
-        import asyncio
-
-        return await asyncio.to_thread(
+        return await self._blocking(
             lambda: self.list_deletions(
                 since=since, until=until, owners=owners, metadata=metadata, limit=limit
             )
@@ -539,55 +399,39 @@ class BaseCheckpointSaver(ABC):
         self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
     ) -> int:
         """Async :meth:`prune`."""
-        import asyncio
-
-        return await asyncio.to_thread(
+        return await self._blocking(
             lambda: self.prune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
         )
 
     async def aclaim_run(self, thread_id: str, run_id: str) -> None:
         """Async :meth:`claim_run`."""
-        import asyncio
-
-        await asyncio.to_thread(self.claim_run, thread_id, run_id)
+        await self._blocking(lambda: self.claim_run(thread_id, run_id))
 
     async def arelease_run(self, thread_id: str, run_id: str) -> None:
         """Async :meth:`release_run`."""
-        import asyncio
-
-        await asyncio.to_thread(self.release_run, thread_id, run_id)
+        await self._blocking(lambda: self.release_run(thread_id, run_id))
 
     async def aruns_alive(self, thread_id: str) -> set[str]:
         """Async :meth:`runs_alive`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.runs_alive, thread_id)
+        return await self._blocking(lambda: self.runs_alive(thread_id))
 
     async def arepair_thread(
         self, thread_id: str, derive: Callable[[list[StoredEvent]], Derived], *, dry_run: bool = False
     ) -> list[str]:
         """Async :meth:`repair_thread`."""
-        import asyncio
-
-        return await asyncio.to_thread(lambda: self.repair_thread(thread_id, derive, dry_run=dry_run))
+        return await self._blocking(lambda: self.repair_thread(thread_id, derive, dry_run=dry_run))
 
     async def aread_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
         """Async :meth:`read_feed`."""
-        import asyncio
-
-        return await asyncio.to_thread(lambda: self.read_feed(after, limit=limit))
+        return await self._blocking(lambda: self.read_feed(after, limit=limit))
 
     async def afeed_end(self) -> str | None:
         """Async :meth:`feed_end`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.feed_end)
+        return await self._blocking(self.feed_end)
 
     async def atrim_feed(self, before: float) -> int:
         """Async :meth:`trim_feed`."""
-        import asyncio
-
-        return await asyncio.to_thread(self.trim_feed, before)
+        return await self._blocking(lambda: self.trim_feed(before))
 
     async def await_queued(self, timeout: float) -> None:
         """Async :meth:`wait_queued` (this default sleeps without a thread)."""
@@ -599,9 +443,7 @@ class BaseCheckpointSaver(ABC):
         self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
     ) -> str | None:
         """Async :meth:`claim_queued`."""
-        import asyncio
-
-        return await asyncio.to_thread(lambda: self.claim_queued(run_id, filter=filter, thread_id=thread_id))
+        return await self._blocking(lambda: self.claim_queued(run_id, filter=filter, thread_id=thread_id))
 
 
 def later_keywords(

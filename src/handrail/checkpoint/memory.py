@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from handrail.checkpoint._kept import (
     Seal,
@@ -26,6 +26,7 @@ from handrail.checkpoint._kept import (
     seal_of,
 )
 from handrail.checkpoint._records import (
+    check_numbering,
     check_reading,
     deletion_passes,
     deletion_time,
@@ -49,7 +50,6 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
     feed_position,
-    later_keywords,
     metadata_matches,
 )
 from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord, apply_change, page, spent
@@ -59,6 +59,8 @@ from handrail.checkpoint.serde import loads
 from handrail.errors import ConflictError
 
 __all__ = ["InMemorySaver", "MemorySaver"]
+
+T = TypeVar("T")
 
 
 class InMemorySaver(BaseCheckpointSaver):
@@ -117,14 +119,7 @@ class InMemorySaver(BaseCheckpointSaver):
                     f"thread {thread_id!r} was deleted and started again since it was read",
                     thread_id=thread_id,
                 )
-            for offset, event in enumerate(events, start=1):
-                if event.seq != expected_seq + offset:
-                    raise ValueError(
-                        f"events must be numbered from {expected_seq + 1} without gaps, "
-                        f"got {event.seq} at position {offset}"
-                    )
-            if record.head_seq != expected_seq + len(events):
-                raise ValueError("the thread record's head_seq must be the last event's seq")
+            check_numbering(events, expected_seq, record)
             check_reading(reading, record)
             # grants born with these events: a bad one is refused before anything changes
             kept_grants = apply_change(self._grants, grants) if grants is not None else None
@@ -407,100 +402,15 @@ class InMemorySaver(BaseCheckpointSaver):
             self._grants[grant_id] = revoked
             return revoked
 
-    # Nothing here blocks, so the async twins call the sync methods directly.
-    async def alist_grants(self, filter: GrantFilter) -> list[GrantRecord]:
-        return self.list_grants(filter)
-
-    async def arevoke_grant(
-        self, grant_id: str, *, by: Any = None, at: float | None = None
-    ) -> GrantRecord | None:
-        return self.revoke_grant(grant_id, by=by, at=at)
-
-    async def aspend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
-        self.spend_grants(grant_ids, thread_id=thread_id, at=at)
-
-    async def aappend(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> None:
-        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue, grants=grants)
-        self.append(
-            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release, **extra
-        )
-
-    async def aread(
-        self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
-    ) -> ThreadRead:
-        extra = later_keywords(from_reading=from_reading)
-        return self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
-
-    async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
-        return self.get_thread(thread_id)
-
-    async def alist_threads(self, filter: ThreadFilter) -> list[ThreadRecord]:
-        return self.list_threads(filter)
-
-    async def alist_pending(self, filter: PendingFilter) -> list[PendingItem]:
-        return self.list_pending(filter)
-
-    async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
-        return self.delete_thread(thread_id, **later_keywords(by=by))
-
-    async def alist_deletions(
-        self,
-        *,
-        since: float | None = None,
-        until: float | None = None,
-        owners: ClaimFilter | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        limit: int = 1000,
-    ) -> list[DeletionRecord]:
-        return self.list_deletions(since=since, until=until, owners=owners, metadata=metadata, limit=limit)
-
-    async def aprune(
-        self, thread_id: str, *, upto_seq: int, snapshot: StoredEvent, keep_kinds: frozenset[str]
-    ) -> int:
-        return self.prune(thread_id, upto_seq=upto_seq, snapshot=snapshot, keep_kinds=keep_kinds)
-
-    async def aclaim_run(self, thread_id: str, run_id: str) -> None:
-        self.claim_run(thread_id, run_id)
-
-    async def arelease_run(self, thread_id: str, run_id: str) -> None:
-        self.release_run(thread_id, run_id)
-
-    async def aruns_alive(self, thread_id: str) -> set[str]:
-        return self.runs_alive(thread_id)
-
-    async def aread_feed(self, after: str | None = None, *, limit: int = 500) -> list[FeedEntry]:
-        return self.read_feed(after, limit=limit)
-
-    async def afeed_end(self) -> str | None:
-        return self.feed_end()
-
-    async def atrim_feed(self, before: float) -> int:
-        return self.trim_feed(before)
+    # Nothing here blocks: the async twins (``BaseCheckpointSaver``'s) call the sync methods at once.
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        return call()
 
     def wait_queued(self, timeout: float) -> None:
         self._signal.wait(timeout)
 
     async def await_queued(self, timeout: float) -> None:
         await self._signal.await_(timeout)
-
-    async def aclaim_queued(
-        self, run_id: str, *, filter: ClaimFilter | None = None, thread_id: str | None = None
-    ) -> str | None:
-        return self.claim_queued(run_id, filter=filter, thread_id=thread_id)
 
 
 @contextmanager

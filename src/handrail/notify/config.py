@@ -254,7 +254,7 @@ def apply_settings(outbox: Any, settings: NotifySettings, start: str | None, db:
         )
     outbox.keep_file_endpoints([endpoint.id for endpoint in settings.endpoints])
     try:
-        from handrail.server.slack import SlackUsers
+        from handrail.server.slack_users import SlackUsers
     except ImportError:  # the slack extra is not installed: a file with Slack users says so at load
         return
     SlackUsers(db).keep_file(dict(settings.slack_users))

@@ -29,7 +29,8 @@ The rules this module keeps:
   removed through a connection that waits.
 
 Tables (the service's own, beside its tokens: ``handrail.server.db``):
-``handrail_server_endpoints`` and ``handrail_server_deliveries``.
+``handrail_server_endpoints`` and ``handrail_server_deliveries``, their schema and
+statements in ``handrail.notify.outbox_tables``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,19 @@ import orjson
 
 from handrail.notify.channels import CHANNEL_KINDS, Delivery, Endpoint, Sent
 from handrail.notify.events import Event
+from handrail.notify.outbox_tables import (
+    ADVANCE,
+    CLAIM,
+    DELIVERY_COLUMNS,
+    ENDPOINT_COLUMNS,
+    FINISH,
+    INSERT,
+    READ_COLUMNS,
+    SCHEMA,
+    delivery_of,
+    endpoint_of,
+    to_json,
+)
 from handrail.server.db import ServerDB
 
 __all__ = ["LEASE", "RETRY_FOR", "NotFailedError", "Outbox", "Turn", "backoff"]
@@ -56,68 +70,7 @@ LEASE = 60.0
 RETRY_FOR = 24 * 3600.0
 """Seconds a delivery is retried before it is marked failed (the default)."""
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS handrail_server_endpoints (
-        id TEXT PRIMARY KEY,
-        kind TEXT NOT NULL,
-        target TEXT NOT NULL,
-        events TEXT NOT NULL,
-        secrets TEXT NOT NULL,
-        options TEXT NOT NULL,
-        source TEXT NOT NULL,
-        feed_cursor BIGINT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        removed_at DOUBLE PRECISION
-    )""",
-    """CREATE TABLE IF NOT EXISTS handrail_server_deliveries (
-        id TEXT PRIMARY KEY,
-        endpoint_id TEXT NOT NULL,
-        event TEXT NOT NULL,
-        thread_id TEXT NOT NULL,
-        interrupt_id TEXT,
-        body TEXT NOT NULL,
-        status TEXT NOT NULL,
-        attempts INTEGER NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        window_from DOUBLE PRECISION NOT NULL,
-        due_at DOUBLE PRECISION NOT NULL,
-        claimed_by TEXT,
-        last_error TEXT,
-        response_code INTEGER,
-        delivered_at DOUBLE PRECISION,
-        receipt TEXT
-    )""",
-    """CREATE INDEX IF NOT EXISTS handrail_server_deliveries_due
-        ON handrail_server_deliveries (status, due_at)""",
-    """CREATE INDEX IF NOT EXISTS handrail_server_deliveries_by_endpoint
-        ON handrail_server_deliveries (endpoint_id, created_at)""",
-    """CREATE INDEX IF NOT EXISTS handrail_server_deliveries_by_review
-        ON handrail_server_deliveries (endpoint_id, interrupt_id)""",
-)
-_ENDPOINT_COLUMNS = "id, kind, target, events, secrets, options, source, created_at"
-_DELIVERY_COLUMNS = (
-    "id, endpoint_id, event, thread_id, interrupt_id, body, status, attempts, created_at, due_at, "
-    "last_error, response_code, delivered_at, receipt"
-)
-_READ_COLUMNS = _DELIVERY_COLUMNS + ", window_from"
 _ERROR_CHARS = 500  # the longest last_error kept
-_INSERT = (
-    f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
-    "VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?) ON CONFLICT (id) DO NOTHING"
-)
-_CLAIM = (
-    "UPDATE handrail_server_deliveries SET claimed_by = ?, due_at = ?, attempts = attempts + 1 "
-    "WHERE id IN (SELECT d.id FROM handrail_server_deliveries AS d "
-    "JOIN handrail_server_endpoints AS e ON e.id = d.endpoint_id AND e.removed_at IS NULL "
-    "WHERE d.status = 'pending' AND d.due_at <= ?{picked} "
-    "ORDER BY d.due_at, d.created_at LIMIT ?{lock}) RETURNING " + _READ_COLUMNS
-)
-_ADVANCE = "UPDATE handrail_server_endpoints SET feed_cursor = ? WHERE id = ? AND feed_cursor < ?"
-_FINISH = (
-    "UPDATE handrail_server_deliveries SET status = ?, due_at = ?, claimed_by = NULL, last_error = ?, "
-    "response_code = ?, delivered_at = ?, receipt = COALESCE(?, receipt) "
-    "WHERE id = ? AND claimed_by = ? AND status = 'pending'"
-)
 
 
 class NotFailedError(ValueError):
@@ -154,7 +107,7 @@ class Outbox:
 
     def __init__(self, db: ServerDB) -> None:
         self.db = db
-        for statement in _SCHEMA:
+        for statement in SCHEMA:
             db.execute(statement)
         self._postgres = db._postgres
 
@@ -182,7 +135,7 @@ class Outbox:
         if kind == "webhook" and secret is None:
             secret = new_secret()
         kept = [[secret, None]] if secret else []
-        row = (key, kind, target, _json(list(events)), _json(kept), _json(dict(options or {})), source)
+        row = (key, kind, target, to_json(list(events)), to_json(kept), to_json(dict(options or {})), source)
         cursor = int(start_after) if start_after is not None else 0
         if id is not None:
             changed = self.db.execute(
@@ -195,7 +148,7 @@ class Outbox:
                 assert found is not None
                 return found
         self.db.execute(
-            f"INSERT INTO handrail_server_endpoints ({_ENDPOINT_COLUMNS}, feed_cursor) "
+            f"INSERT INTO handrail_server_endpoints ({ENDPOINT_COLUMNS}, feed_cursor) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (*row, now, cursor),
         )
@@ -206,19 +159,19 @@ class Outbox:
     def endpoints(self, *, kind: str | None = None) -> list[Endpoint]:
         """The endpoints in use (not removed), oldest first."""
         rows = self.db.query(
-            f"SELECT {_ENDPOINT_COLUMNS} FROM handrail_server_endpoints WHERE removed_at IS NULL "
+            f"SELECT {ENDPOINT_COLUMNS} FROM handrail_server_endpoints WHERE removed_at IS NULL "
             "ORDER BY created_at, id"
         )
-        found = [_endpoint(row) for row in rows]
+        found = [endpoint_of(row) for row in rows]
         return [e for e in found if kind is None or e.kind == kind]
 
     def endpoint(self, endpoint_id: str) -> Endpoint | None:
         """The endpoint ``endpoint_id`` if it is in use."""
         rows = self.db.query(
-            f"SELECT {_ENDPOINT_COLUMNS} FROM handrail_server_endpoints WHERE id = ? AND removed_at IS NULL",
+            f"SELECT {ENDPOINT_COLUMNS} FROM handrail_server_endpoints WHERE id = ? AND removed_at IS NULL",
             (endpoint_id,),
         )
-        return _endpoint(rows[0]) if rows else None
+        return endpoint_of(rows[0]) if rows else None
 
     def remove_endpoint(self, endpoint_id: str) -> bool:
         """Stop sending to ``endpoint_id`` (its delivery log stays); whether it was in use."""
@@ -251,7 +204,7 @@ class Outbox:
         fresh = secret or new_secret()
         self.db.execute(
             "UPDATE handrail_server_endpoints SET secrets = ? WHERE id = ?",
-            (_json([[fresh, None], *kept]), endpoint_id),
+            (to_json([[fresh, None], *kept]), endpoint_id),
         )
         found = self.endpoint(endpoint_id)
         assert found is not None
@@ -287,19 +240,19 @@ class Outbox:
             return Turn([], 0, [])
         claimed: list[Delivery] = []
         with self.db.transaction() as tx:
-            tx.execute_many(_FINISH, [statement for statement, _status in finishing])
-            added = tx.execute_many(_INSERT, [params for sql, params in expanding if sql is _INSERT])
-            tx.execute_many(_ADVANCE, [params for sql, params in expanding if sql is _ADVANCE])
+            tx.execute_many(FINISH, [statement for statement, _status in finishing])
+            added = tx.execute_many(INSERT, [params for sql, params in expanding if sql is INSERT])
+            tx.execute_many(ADVANCE, [params for sql, params in expanding if sql is ADVANCE])
             if claim > 0:
                 picked = " AND d.id = ?" if only is not None else ""
                 lock = " FOR UPDATE OF d SKIP LOCKED" if self._postgres else ""
                 # a claimed delivery is due again when its lease runs out: if its deliverer
                 # dies, the next claim after that takes it (the same id: at least once)
                 rows = tx.query(
-                    _CLAIM.format(picked=picked, lock=lock),
+                    CLAIM.format(picked=picked, lock=lock),
                     (owner, now + lease, now, *((only,) if only is not None else ()), int(claim)),
                 )
-                claimed = sorted((_delivery(row) for row in rows), key=lambda d: (d.due_at, d.created_at))
+                claimed = sorted((delivery_of(row) for row in rows), key=lambda d: (d.due_at, d.created_at))
         return Turn([status for _, status in finishing], added, claimed)
 
     def _due(self, now: float, only: str | None) -> bool:
@@ -346,7 +299,7 @@ class Outbox:
         now = time.time()
         key = f"msg_{secrets.token_hex(16)}"
         self.db.execute(
-            f"INSERT INTO handrail_server_deliveries ({_DELIVERY_COLUMNS}, window_from) "
+            f"INSERT INTO handrail_server_deliveries ({DELIVERY_COLUMNS}, window_from) "
             "VALUES (?, ?, ?, ?, NULL, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?)",
             (key, endpoint_id, event.type, event.thread_id, event.body.decode(), now, now, now),
         )
@@ -385,9 +338,9 @@ class Outbox:
     def delivery(self, delivery_id: str) -> Delivery | None:
         """One delivery by its id."""
         rows = self.db.query(
-            f"SELECT {_READ_COLUMNS} FROM handrail_server_deliveries WHERE id = ?", (delivery_id,)
+            f"SELECT {READ_COLUMNS} FROM handrail_server_deliveries WHERE id = ?", (delivery_id,)
         )
-        return _delivery(rows[0]) if rows else None
+        return delivery_of(rows[0]) if rows else None
 
     def deliveries(
         self, endpoint_id: str | None = None, *, status: str | None = None, limit: int = 50
@@ -401,11 +354,11 @@ class Outbox:
             where.append("status = ?")
             params.append(status)
         rows = self.db.query(
-            f"SELECT {_READ_COLUMNS} FROM handrail_server_deliveries WHERE {' AND '.join(where)} "
+            f"SELECT {READ_COLUMNS} FROM handrail_server_deliveries WHERE {' AND '.join(where)} "
             "ORDER BY created_at DESC, id LIMIT ?",
             (*params, max(int(limit), 0)),
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_of(row) for row in rows]
 
     def receipt(self, endpoint_id: str, interrupt_id: str, event: str) -> Mapping[str, Any] | None:
         """The receipt of the delivered ``event`` about ``interrupt_id`` to ``endpoint_id``."""
@@ -432,9 +385,9 @@ class Turn:
 def _finished(
     delivery: Delivery, sent: Sent, owner: str, now: float, retry_for: float, base: float
 ) -> tuple[tuple[Any, ...], str]:
-    """The ``_FINISH`` parameters of one attempt, and the status it leaves the delivery in."""
+    """The ``FINISH`` parameters of one attempt, and the status it leaves the delivery in."""
     error = (sent.error or "")[:_ERROR_CHARS] or None
-    receipt = _json(dict(sent.receipt)) if sent.receipt is not None else None
+    receipt = to_json(dict(sent.receipt)) if sent.receipt is not None else None
     if sent.ok:
         status, due = "delivered", now
     else:
@@ -452,8 +405,8 @@ def _expansions(
         for cursor, event in events:
             key = message_id(endpoint_id, cursor, event.type)
             row = (key, endpoint_id, event.type, event.thread_id, event.interrupt_id, event.body.decode())
-            statements.append((_INSERT, (*row, now, now, now)))
-        statements.append((_ADVANCE, (up_to, endpoint_id, up_to)))
+            statements.append((INSERT, (*row, now, now, now)))
+        statements.append((ADVANCE, (up_to, endpoint_id, up_to)))
     return statements
 
 
@@ -462,43 +415,3 @@ def new_secret() -> str:
     import base64
 
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-def _json(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def _endpoint(row: Sequence[Any]) -> Endpoint:
-    key, kind, target, events, kept, options, source, created_at = row
-    return Endpoint(
-        str(key),
-        str(kind),
-        str(target),
-        tuple(orjson.loads(events)),
-        tuple((str(s), None if r is None else float(r)) for s, r in orjson.loads(kept)),
-        orjson.loads(options),
-        str(source),
-        float(created_at),
-    )
-
-
-def _delivery(row: Sequence[Any]) -> Delivery:
-    key, endpoint_id, event, thread_id, interrupt_id, body, status, attempts = row[:8]
-    created_at, due_at, error, code, delivered_at, receipt, window_from = row[8:]
-    return Delivery(
-        str(key),
-        str(endpoint_id),
-        str(event),
-        str(thread_id),
-        None if interrupt_id is None else str(interrupt_id),
-        str(body).encode(),
-        str(status),
-        int(attempts),
-        float(created_at),
-        float(due_at),
-        error,
-        None if code is None else int(code),
-        None if delivered_at is None else float(delivered_at),
-        orjson.loads(receipt) if receipt else None,
-        float(window_from),
-    )

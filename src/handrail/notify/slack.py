@@ -5,8 +5,9 @@ Slack channel (``Endpoint.target``) with the calls, their arguments (folded when
 who may decide, until when, and a button per decision the review allows
 (``handrail.notify.slack_blocks``); the posted message's ``{"channel", "ts"}`` is the
 delivery's receipt. ``review.decided``, ``review.expired`` and ``review.approved`` find
-that receipt and update the message to a stamp ("Approved by alice in Slack at 10:42
-UTC", "1 of 2 approvals (alice)"); without one they post the stamp as a new message.
+that receipt and update the message to a stamp (``handrail.notify.slack_stamps``:
+"Approved by alice in Slack at 10:42 UTC", "1 of 2 approvals (alice)"); without one
+they post the stamp as a new message.
 ``run.finished`` and ``run.failed`` post a short line. A click on a button reaches the
 service's interactivity endpoint (``handrail.server.slack``).
 
@@ -38,17 +39,15 @@ from handrail.notify.channels import Delivery, Endpoint, Receipts, Sent
 from handrail.notify.slack_blocks import (
     ACTION_PREFIX,
     LINKS_BLOCK,
-    approvals_stamp,
     button,
-    decided_stamp,
     escape,
-    expired_stamp,
     link,
     review_blocks,
     review_of,
     review_text,
     section,
 )
+from handrail.notify.slack_stamps import approvals_stamp, decided_stamp, expired_stamp
 from handrail.server.db import ServerDB
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from handrail.notify.channels import Channel
 from handrail.notify.config import NotifySettings, apply_settings
 from handrail.notify.deliverer import Deliverer, default_channels
 from handrail.notify.outbox import Outbox
-from handrail.server import events, grants, pages, reviews, runs, slack, threads, webhooks
+from handrail.server import events, grants, pages, reviews, runs, slack, slack_replies, threads, webhooks
 from handrail.server.db import ServerDB
 from handrail.server.events import LiveFeed
 from handrail.server.limits import RateLimit, RequestGuard
@@ -129,7 +129,7 @@ def create_app(
         try:
             yield
         finally:
-            await slack.settle(5)  # message updates still going after an answer in Slack
+            await slack_replies.settle(5)  # message updates still going after an answer in Slack
             await service.worker.stop()
             await service.live.stop()
             for task in background:

@@ -17,7 +17,7 @@ library's words, and nothing is recorded.
 *Approve* records at once; *Reject* and *Respond* open a modal for the reason or the
 result, and its submission records. Slack hears back right after the recording: the
 Web API calls that follow (the message's stamp, an ephemeral reply, opening a modal)
-run afterwards (:func:`settle` waits for them), so a slow Slack API never holds an
+run afterwards (``handrail.server.slack_replies``), so a slow Slack API never holds an
 answer.
 """
 
@@ -27,37 +27,35 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Coroutine
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from handrail.notify.slack import SlackChannel, SlackSettings
+from handrail.notify.slack import SlackSettings
 from handrail.notify.slack_blocks import (
     ACTION_PREFIX,
     BUTTON_DECISIONS,
     ButtonTarget,
     answer_for,
-    approvals_said,
-    approvals_stamp,
-    decided_stamp,
     escape,
-    expired_stamp,
     read_button_value,
     review_blocks,
     review_of,
+    section,
     stamped,
 )
+from handrail.notify.slack_stamps import approvals_said, approvals_stamp, decided_stamp, expired_stamp
 from handrail.server.problems import Problem, client_problem, documented
 from handrail.server.reviews import record_answer
 from handrail.server.service import Service
-from handrail.server.slack_users import SLACK_USER, SlackUsers, slack_reviewer
+from handrail.server.slack_replies import Place, later, open_modal, tell, update
+from handrail.server.slack_users import SLACK_USER, slack_reviewer
 from handrail.server.tokens import Credential
 
-__all__ = ["MAX_BODY", "MAX_SKEW", "SlackUsers", "router", "settle"]
+__all__ = ["MAX_BODY", "MAX_SKEW", "router"]
 
 log = logging.getLogger("handrail.server.slack")
 
@@ -68,11 +66,9 @@ MAX_SKEW = 300
 MODAL = "handrail.decide"
 """The ``callback_id`` of the reject / respond modal."""
 MESSAGE_BLOCK = "handrail.message"
-_LATER_SECONDS = 30.0  # the longest a Slack call after an answer may take
 _SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 
 router = APIRouter(prefix="/handrail/slack", tags=["slack"])
-_pending: set[asyncio.Task[None]] = set()
 
 
 _FORM_BODY: dict[str, Any] = {
@@ -179,86 +175,37 @@ async def _clicked(service: Service, settings: SlackSettings, payload: dict[str,
     if decision not in BUTTON_DECISIONS or target is None:
         return Response(status_code=200)  # a link button, or not one of handrail's
     user = _user(payload)
-    place = _Place.of(payload)
+    place = Place.of(payload)
     credential, why = await asyncio.to_thread(_reviewer, service, user)
     if credential is None:
-        _later(_tell(settings, place, user, why))
+        later(tell(settings, place, user, why))
         return Response(status_code=200)
     if decision != "approve":
         trigger = payload.get("trigger_id")
         if isinstance(trigger, str):
-            _later(_open_modal(settings, trigger, _modal(decision, target, place)))
+            later(open_modal(settings, trigger, _modal(decision, target, place)))
         return Response(status_code=200)
     try:
-        recorded = await record_answer(
-            service,
-            target.thread_id,
-            target.interrupt_id,
-            answer_for(target, "approve"),
-            credential,
-            channel="slack",
-        )
+        recorded = await _record(service, target, answer_for(target, "approve"), credential)
     except Exception as exc:
         refusal, stamp = _refusal(exc)
-        _later(_tell(settings, place, user, f"Not recorded: {refusal}"))
+        later(tell(settings, place, user, f"Not recorded: {refusal}"))
         if stamp is not None and place.blocks:  # the review is over: its buttons go
-            _later(_update(settings, place, stamped(place.blocks, stamp, keep_buttons=False)))
+            later(update(settings, place, stamped(place.blocks, stamp, keep_buttons=False)))
         return Response(status_code=200)
     stamp, waiting = _stamp_of(recorded, credential)
     if place.blocks:
-        _later(_update(settings, place, stamped(place.blocks, stamp, keep_buttons=waiting)))
+        later(update(settings, place, stamped(place.blocks, stamp, keep_buttons=waiting)))
     return Response(status_code=200)
 
 
-class _Place:
-    """Where a click or a modal came from: the message's channel and ts, its blocks, the
-    ``response_url`` to answer the clicker through, the review page."""
-
-    __slots__ = ("blocks", "channel", "response_url", "review_url", "ts")
-
-    def __init__(
-        self,
-        channel: str | None,
-        ts: str | None,
-        blocks: list[Any] | None = None,
-        response_url: str | None = None,
-        review_url: str | None = None,
-    ) -> None:
-        self.channel = channel
-        self.ts = ts
-        self.blocks = blocks or []
-        self.response_url = response_url
-        self.review_url = review_url
-
-    @classmethod
-    def of(cls, payload: dict[str, Any]) -> _Place:
-        """The place of a ``block_actions`` payload."""
-        container, message, channel = (_dict(payload.get(key)) for key in ("container", "message", "channel"))
-        blocks = message.get("blocks")
-        return cls(
-            _short(channel.get("id")) or _short(container.get("channel_id")),
-            _short(container.get("message_ts")) or _short(message.get("ts")),
-            blocks if isinstance(blocks, list) and len(blocks) <= 50 else None,
-            _short(payload.get("response_url"), 1000),
-            _review_url(blocks),
-        )
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _short(value: Any, limit: int = 64) -> str | None:
-    return value if isinstance(value, str) and 0 < len(value) <= limit and value.isprintable() else None
-
-
-def _review_url(blocks: Any) -> str | None:
-    """The review page's link in a message handrail posted (its "Open in handrail" button)."""
-    for block in blocks if isinstance(blocks, list) else ():
-        for element in block.get("elements") or () if isinstance(block, dict) else ():
-            if isinstance(element, dict) and element.get("action_id") == f"{ACTION_PREFIX}open":
-                return _short(element.get("url"), 2000)
-    return None
+async def _record(
+    service: Service, target: ButtonTarget, answer: Any, credential: Credential
+) -> dict[str, Any]:
+    """Record a Slack user's answer (channel ``slack``) by the rules every channel answers by."""
+    return await record_answer(
+        service, target.thread_id, target.interrupt_id, answer, credential, channel="slack"
+    )
 
 
 def _user(payload: dict[str, Any]) -> str:
@@ -302,7 +249,7 @@ def _stamp_of(recorded: dict[str, Any], credential: Credential) -> tuple[str, bo
 
 
 # view_submission: the reject / respond modal was sent -----------------------------------------
-def _modal(decision: str, target: ButtonTarget, place: _Place) -> dict[str, Any]:
+def _modal(decision: str, target: ButtonTarget, place: Place) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "t": target.thread_id,
         "i": target.interrupt_id,
@@ -360,21 +307,14 @@ async def _submitted(service: Service, settings: SlackSettings, payload: dict[st
         return _modal_error(why)
     asked = await _asked(service, target, meta.get("u"))
     try:
-        recorded = await record_answer(
-            service,
-            target.thread_id,
-            target.interrupt_id,
-            answer_for(target, decision, message),
-            credential,
-            channel="slack",
-        )
+        recorded = await _record(service, target, answer_for(target, decision, message), credential)
     except Exception as exc:
         return _modal_error(f"Not recorded: {_refusal(exc)[0]}")
-    place = _Place(_short(meta.get("c")), _short(meta.get("ts")))
+    place = Place.named(meta.get("c"), meta.get("ts"))
     stamp, _ = _stamp_of(recorded, credential)
     if place.channel and place.ts:
-        blocks = review_blocks(review_of(asked), stamp=stamp, buttons=False) if asked else [_text(stamp)]
-        _later(_update(settings, place, blocks))
+        blocks = review_blocks(review_of(asked), stamp=stamp, buttons=False) if asked else [section(stamp)]
+        later(update(settings, place, blocks))
     return Response(status_code=200)  # an empty answer closes the modal
 
 
@@ -420,93 +360,3 @@ async def _asked(service: Service, target: ButtonTarget, review_url: Any) -> dic
             "links": {"review": review_url} if isinstance(review_url, str) else {},
         }
     return None
-
-
-# What runs after Slack heard back ------------------------------------------------------------------
-def _later(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` after the answer to Slack, bounded in time; its failure is logged."""
-
-    async def bounded() -> None:
-        try:
-            async with asyncio.timeout(_LATER_SECONDS):  # not wait_for: it can drop a cancel on 3.11
-                await work
-        except Exception:
-            log.warning("a Slack call after an answer failed", exc_info=True)
-
-    task = asyncio.get_running_loop().create_task(bounded())
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
-
-
-async def settle(timeout: float = _LATER_SECONDS) -> None:
-    """Wait (at most ``timeout`` seconds) for the Slack calls still running after answers."""
-    if _pending:
-        await asyncio.wait(set(_pending), timeout=timeout)
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
-
-
-async def _update(settings: SlackSettings, place: _Place, blocks: list[dict[str, Any]]) -> None:
-    channel = _channel(settings)
-    if channel is None or place.channel is None or place.ts is None:
-        return
-    text = next(
-        (b["text"]["text"] for b in blocks if b.get("block_id") == "handrail.stamp"), "handrail review"
-    )
-    sent = await channel.update(place.channel, place.ts, blocks, text)
-    if not sent.ok:
-        log.warning("could not stamp the Slack message %s/%s: %s", place.channel, place.ts, sent.error)
-
-
-async def _tell(settings: SlackSettings, place: _Place, user: str, text: str) -> None:
-    """Tell the clicker alone: through the click's ``response_url``, else ``chat.postEphemeral``."""
-    if place.response_url is not None and _may_answer_at(place.response_url, settings):
-        from slack_sdk.webhook.async_client import AsyncWebhookClient
-
-        answered = await AsyncWebhookClient(place.response_url, timeout=10).send(
-            text=text, response_type="ephemeral", replace_original=False
-        )
-        if answered.status_code == 200:
-            return
-        log.warning("Slack's response_url answered %s; trying chat.postEphemeral", answered.status_code)
-    channel = _channel(settings)
-    if channel is None or place.channel is None or not SLACK_USER.fullmatch(user):
-        log.warning("cannot tell Slack user %s: %s", user, text)
-        return
-    target = place.channel
-    sent, _ = await channel.call(
-        "chat.postEphemeral", lambda: channel.client.chat_postEphemeral(channel=target, user=user, text=text)
-    )
-    if not sent.ok:
-        log.warning("could not tell Slack user %s why their answer was refused: %s", user, sent.error)
-
-
-def _may_answer_at(url: str, settings: SlackSettings) -> bool:
-    """Whether ``url`` is Slack's (or the configured Web API's host): a response_url is posted to."""
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname in ("hooks.slack.com", "hooks.slack-gov.com"):
-        return True
-    if settings.api_url is None:
-        return False
-    api = urlsplit(settings.api_url)
-    return (parts.scheme, parts.netloc) == (api.scheme, api.netloc)
-
-
-async def _open_modal(settings: SlackSettings, trigger: str, view: dict[str, Any]) -> None:
-    channel = _channel(settings)
-    if channel is None:
-        log.warning("a Slack click asks for a modal, but no bot token is set up ('handrail slack setup')")
-        return
-    sent, _ = await channel.call(
-        "views.open", lambda: channel.client.views_open(trigger_id=trigger, view=view)
-    )
-    if not sent.ok:
-        log.warning("could not open the Slack modal: %s", sent.error)
-
-
-def _channel(settings: SlackSettings) -> SlackChannel | None:
-    if settings.bot_token is None:
-        return None
-    return SlackChannel(settings.bot_token, base_url=settings.api_url)
