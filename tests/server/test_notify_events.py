@@ -21,7 +21,7 @@ from test_webhooks import Served, served_client
 from conftest import Backend
 from handrail import Command, HumanInTheLoopMiddleware, ScriptedModel, create_agent, tool
 from handrail.checkpoint.sqlite import SqliteSaver
-from handrail.notify.config import NotifyConfigError, parse_notifications
+from handrail.notify.config import NotifyConfigError, notify_settings, parse_notifications
 from handrail.notify.events import EVENT_TYPES, check_event_types, event_of
 from handrail.review.policy_file import PolicyFileError, load_policy_file
 from handrail.server.app import _trim, create_app
@@ -113,7 +113,8 @@ password_env = "SMTP_PASSWORD"
 alice = "alice@example.com"
 """,
     )
-    settings_ = load_policy_file(path).notifications
+    settings_ = notify_settings(load_policy_file(path))
+    assert settings_ is not None
     assert settings_.public_url == "https://handrail.example"
     assert [(e.id, e.kind, e.target) for e in settings_.endpoints] == [
         ("file:webhook:ops", "webhook", "https://hooks.example/handrail"),
@@ -153,7 +154,7 @@ def test_a_bad_notifications_table_is_refused_naming_its_line_and_key(
     tmp_path: Path, text: str, key: str, says: str
 ) -> None:
     with pytest.raises(PolicyFileError, match=says) as refused:
-        load_policy_file(write(tmp_path, text))
+        notify_settings(load_policy_file(write(tmp_path, text)))
     assert key in (refused.value.key or "") and refused.value.line is not None and refused.value.line >= 4
 
 
@@ -361,7 +362,7 @@ async def test_a_sighup_reload_puts_the_files_endpoints_in_use_and_drops_the_one
         db=ServerDB.open(db_path=db_path),
         sweep_every=None,
         deliver_concurrency=0,
-        notifications=load_policy_file(path).notifications,
+        notifications=notify_settings(load_policy_file(path)),
     )
     service = app.state.service
     said = io.StringIO()

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from handrail.notify.config import notify_settings
 from handrail.review.policy_file import load_policy_file
 
 __all__ = ["COMMANDS", "add_commands", "run"]
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace, console: Console, usage: Callable[[str], Excep
     if args.policy_command != "check":
         raise usage("choose an action: handrail policy check FILE")
     policies = load_policy_file(args.file)
+    notify_settings(policies)  # its [notifications], checked as the service reads them
     agents = _agents(args, usage)
     if agents:
         policies.check(agents)

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from handrail.agent import Agent
+from handrail.notify.config import notify_settings
 from handrail.review.policy_file import PolicyFileError, load_policy_file
 
 __all__ = ["PolicyReload", "with_policy"]
@@ -106,7 +107,7 @@ class PolicyReload:
             return False
         try:
             agents = with_policy(self.path, self.agents)
-            settings = load_policy_file(self.path).notifications if self.notify is not None else None
+            settings = notify_settings(load_policy_file(self.path)) if self.notify is not None else None
             self.swap(agents)
             if self.notify is not None:
                 self._notifications(settings)

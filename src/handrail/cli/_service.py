@@ -257,13 +257,13 @@ def _serve(args: argparse.Namespace, console: Console) -> int:
     import asyncio
 
     from handrail.cli._reload import PolicyReload
-    from handrail.notify.config import check_url
+    from handrail.notify.config import check_url, notify_settings
     from handrail.review.policy_file import load_policy_file
     from handrail.server.app import create_app
 
     code, agents, where = load_agents(args, "serve")
     names = list(agents)
-    settings = load_policy_file(args.policy).notifications if args.policy is not None else None
+    settings = notify_settings(load_policy_file(args.policy)) if args.policy is not None else None
     try:
         public_url = check_url(
             args.public_url

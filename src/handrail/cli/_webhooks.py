@@ -227,7 +227,7 @@ def _log(deliveries: list[Any], console: Console) -> int:
 
 
 def _deliver(args: argparse.Namespace, console: Console, failure: type[Exception]) -> int:
-    from handrail.notify.config import apply_settings, check_url
+    from handrail.notify.config import apply_settings, check_url, notify_settings
     from handrail.notify.deliverer import Deliverer, default_channels
     from handrail.notify.outbox import Outbox
     from handrail.review.policy_file import load_policy_file
@@ -236,7 +236,7 @@ def _deliver(args: argparse.Namespace, console: Console, failure: type[Exception
         raise failure(f"--poll takes a number of seconds above 0, got {args.poll}")
     if not args.lease >= 1:
         raise failure(f"--lease takes a number of seconds of at least 1, got {args.lease}")
-    settings = load_policy_file(args.policy).notifications if args.policy is not None else None
+    settings = notify_settings(load_policy_file(args.policy)) if args.policy is not None else None
     try:
         public_url = check_url((settings.public_url if settings else None) or args.public_url, "--public-url")
     except ValueError as exc:

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 from handrail.notify.channels import Endpoint
 from handrail.notify.events import check_event_types
+from handrail.review.policy_file import PolicyFile
 
 __all__ = [
     "DEFAULT_EVENTS",
@@ -53,6 +54,7 @@ __all__ = [
     "NotifySettings",
     "apply_settings",
     "check_url",
+    "notify_settings",
     "parse_notifications",
 ]
 
@@ -86,6 +88,23 @@ class NotifySettings:
     public_url: str | None = None
     endpoints: tuple[Endpoint, ...] = ()
     slack_users: Mapping[str, str] = field(default_factory=dict)
+
+
+def notify_settings(policy: PolicyFile) -> NotifySettings | None:
+    """The notification settings of a loaded policy file (None when it has no
+    ``[notifications]``); a key that cannot be used is a :class:`PolicyFileError` naming
+    the file, the line and the key.
+
+    Example::
+
+        settings = notify_settings(load_policy_file("handrail.toml"))
+    """
+    if policy.notifications is None:
+        return None
+    try:
+        return parse_notifications(policy.notifications)
+    except NotifyConfigError as exc:
+        raise policy.error(exc.key, str(exc)) from None
 
 
 def check_url(url: Any, where: str = "url") -> str:

@@ -86,7 +86,13 @@ class PolicyFile:
     agents: Mapping[str, Mapping[str, Any]]
     _lines: Mapping[tuple[str, ...], int]
     _prefix: tuple[str, ...]
-    notifications: Any = None  # handrail.notify.config.NotifySettings of its [notifications], if any
+    notifications: Mapping[str, Any] | None = None  # its [notifications] table, as written
+
+    def error(self, key: tuple[str, ...], problem: str) -> PolicyFileError:
+        """The :class:`PolicyFileError` for ``key`` (a dotted path from the file's top, as
+        ``("notifications", "email", "port")``), at its line. For the layers that read a
+        table of the file themselves (``handrail.notify.config.notify_settings``)."""
+        return _error(self.path, self._lines, self._prefix, key, problem)
 
     def for_agent(self, agent: str, *, tools: Collection[str]) -> dict[str, Any]:
         """The keyword arguments of ``HumanInTheLoopMiddleware`` for ``agent``: its
@@ -159,14 +165,9 @@ def load_policy_file(path: str | Path) -> PolicyFile:
             raise PolicyFileError(where, None, None, "has no [tool.handrail] table")
         document = tool["handrail"]
     agents = _agents(where, lines, prefix, document)
-    notifications = None
-    if "notifications" in document:
-        from handrail.notify.config import NotifyConfigError, parse_notifications  # the notify layer
-
-        try:
-            notifications = parse_notifications(document["notifications"])
-        except NotifyConfigError as exc:
-            raise _error(where, lines, prefix, exc.key, str(exc)) from None
+    notifications = document.get("notifications")
+    if notifications is not None and not isinstance(notifications, dict):
+        raise _error(where, lines, prefix, ("notifications",), "must be a table: [notifications]")
     return PolicyFile(where, agents, lines, prefix, notifications)
 
 
