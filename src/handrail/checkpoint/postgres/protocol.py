@@ -12,6 +12,7 @@ sync ones in a worker thread (``base.py``). The rules the steps keep are the cor
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -44,9 +45,13 @@ S = TypeVar("S", bound=PostgresCore)
 
 
 def _named(method: Any, step: Callable[..., Any], name: str) -> None:
+    """Name ``method`` ``name`` and give it the step's parameters, docstring and return value."""
     functools.update_wrapper(method, step)
     method.__name__ = name
     method.__qualname__ = f"{step.__qualname__.rpartition('.')[0]}.{name}"
+    returns = step.__annotations__.get("return", "Step[Any]").removeprefix("Step[").removesuffix("]")
+    method.__annotations__ = {**step.__annotations__, "return": returns}
+    method.__signature__ = inspect.signature(step).replace(return_annotation=returns)
 
 
 def blocking(step: Callable[Concatenate[S, P], Step[T]]) -> Callable[Concatenate[S, P], T]:
