@@ -76,7 +76,7 @@ def _one_thread(saver: PostgresSaver) -> None:
 
 
 def _versions(saver: PostgresSaver) -> list[int]:
-    with saver._connection() as conn:
+    with saver._io.pool.connection() as conn:
         return [row[0] for row in conn.execute(f"SELECT version FROM {saver.table_prefix}schema_version")]
 
 
@@ -89,7 +89,7 @@ def test_a_python_step_runs_once_in_version_order_inside_its_transaction(postgre
         assert _versions(saver) == [*range(1, OURS + 1), OURS + 1, OURS + 2]
     with _with_step(_upper_payloads).from_conn_string(postgres, schema=schema) as again:
         again.setup()  # current: the step does not run again
-        with again._connection() as conn:
+        with again._io.pool.connection() as conn:
             assert conn.execute(f"SELECT events FROM {again.table_prefix}step_runs").fetchall() == [(2,)]
 
 
@@ -116,7 +116,7 @@ def test_a_failing_python_step_rolls_back_with_its_migration(postgres: str, sche
     with PostgresSaver.from_conn_string(postgres, schema=schema) as plain:
         assert _bodies(plain.read("t").events) == [b'{"a":"x"}', b'{"b":"y"}']  # unchanged
         assert _versions(plain) == list(range(1, OURS + 1))  # neither migration of that setup was kept
-        with plain._connection() as conn:
+        with plain._io.pool.connection() as conn:
             assert conn.execute("SELECT to_regclass(%s)", (f"{plain.table_prefix}step_runs",)).fetchone() == (
                 None,
             )

@@ -309,8 +309,8 @@ def test_prepare_threshold_none_prepares_no_statement_on_the_server(postgres: st
         for seq in range(1, 11):
             saver.append("t", events(seq, 1), expected_seq=seq - 1, record=record("t", seq))
             saver.read("t")
-        assert saver._pool is not None
-        with saver._pool.connection() as conn:
+        assert saver._io.pool is not None
+        with saver._io.pool.connection() as conn:
             assert conn.prepare_threshold is None
             assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
 

@@ -23,12 +23,18 @@ The backend, one concept a module:
 - :mod:`~handrail.checkpoint.postgres.queries`: all of the above for one schema. Every
   operation is written once, as a generator that yields batches of SQL and receives
   their results, with no I/O (:mod:`~handrail.checkpoint.postgres._base`).
-- :mod:`~handrail.checkpoint.postgres.drivers`: perform an operation on a psycopg
-  connection, sync or async, with psycopg's public API only (``execute``, prepared by
-  psycopg after ``prepare_threshold`` runs; several statements in pipeline mode), and
-  open connections, failing fast with the server named when it cannot be reached.
+- :mod:`~handrail.checkpoint.postgres.core`: the saver, written once for both: its rules
+  (connections, setup, the liveness lock, what it remembers, waits, closing, locks) at
+  the top, and the steps that keep them; each step is a generator that a driver runs.
+  :mod:`~handrail.checkpoint.postgres.protocol`: the store protocol's methods, each a
+  step, made into sync and async methods.
+- :mod:`~handrail.checkpoint.postgres.drivers`: run the steps, with blocking psycopg calls
+  or on an event loop, with psycopg's public API only (``execute``, prepared by psycopg
+  after ``prepare_threshold`` runs; several statements in pipeline mode).
+  :mod:`~handrail.checkpoint.postgres.connect`: open connections, failing fast with the
+  server named when it cannot be reached.
 - :mod:`~handrail.checkpoint.postgres.sync` and :mod:`~handrail.checkpoint.postgres.aio`:
-  the savers, facades that pick a connection and run the operations.
+  the savers, facades that say which driver runs them and what is their own.
 
 Example::
 
@@ -50,7 +56,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from handrail.checkpoint.postgres.aio import AsyncPostgresSaver
-from handrail.checkpoint.postgres.drivers import CONNECT_TIMEOUT, PREPARE_THRESHOLD
+from handrail.checkpoint.postgres.connect import CONNECT_TIMEOUT, PREPARE_THRESHOLD
 from handrail.checkpoint.postgres.sync import PostgresSaver
 
 __all__ = ["CONNECT_TIMEOUT", "PREPARE_THRESHOLD", "AsyncPostgresSaver", "PostgresSaver"]

@@ -109,6 +109,10 @@ class FeedSQL(Tables):
             COMMIT,
         ]
 
+    def listen(self) -> Op[None]:
+        """Start listening for queued threads (on the saver's waiting connection)."""
+        yield [Query(f"LISTEN {QUEUE_CHANNEL}", None)]
+
     def read_feed(self, after: str | None, limit: int) -> Op[list[FeedEntry]]:
         start = feed_position(after)
         *_, result = yield [

@@ -30,32 +30,24 @@ Deleting a thread leaves its grants (``deletions.py`` does not touch this table)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import psycopg
 
 from handrail.checkpoint._grant_rows import (
     COLUMNS,
-    checked_spend,
     filter_sql,
     grant_from_row,
     in_force_sql,
-    revoked_by,
-    revoked_time,
     spent_error,
 )
 from handrail.checkpoint.grants import GrantFilter, GrantRecord, spend_refusal
 from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
 from handrail.checkpoint.postgres.liveness import Flow
 
-if TYPE_CHECKING:
-    from handrail.checkpoint.postgres.queries import Queries
-
-__all__ = ["GRANT_STATE", "AsyncGrantMethods", "GrantMethods", "GrantSQL", "grant_error", "grants_migration"]
-
-T = TypeVar("T")
+__all__ = ["GRANT_STATE", "GrantSQL", "grant_error", "grants_migration", "spend_flow"]
 
 GRANT_STATE = "HR411"
 """The SQLSTATE of a grant statement that refuses: an id taken already, a use not there."""
@@ -186,66 +178,3 @@ def spend_flow(queries: GrantSQL, grant_ids: list[str], thread_id: str, at: floa
         if found is not None:  # the uses of it this spend took before the refused one
             found = replace(found, used=found.used + grant_ids[:n].count(refused))
         raise spent_error(thread_id, refused, spend_refusal(found, at) or "its last use was taken") from None
-
-
-def _revoking(grant_id: str, by: Any, at: float | None) -> tuple[str, float]:
-    """Who revokes (JSON text) and when: refused before anything changes."""
-    return revoked_by(grant_id, by).decode(), revoked_time(at)
-
-
-class GrantMethods:
-    """:class:`~handrail.checkpoint.postgres.PostgresSaver`'s grant methods."""
-
-    if TYPE_CHECKING:
-        _queries: Queries
-
-        def _run(self, op: Op[T]) -> T: ...
-
-        def _perform(self, flow: Flow[T]) -> T: ...
-
-    def list_grants(self, filter: GrantFilter) -> list[GrantRecord]:
-        return self._run(self._queries.list_grants(filter))
-
-    def spend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
-        ids = checked_spend(grant_ids, at)
-        if ids:
-            self._perform(spend_flow(self._queries, ids, thread_id, at))
-
-    def revoke_grant(self, grant_id: str, *, by: Any = None, at: float | None = None) -> GrantRecord | None:
-        return self._run(self._queries.revoke_grant(grant_id, *_revoking(grant_id, by, at)))
-
-
-class AsyncGrantMethods:
-    """:class:`~handrail.checkpoint.postgres.AsyncPostgresSaver`'s grant methods (the sync
-    ones hand the work to its event loop)."""
-
-    if TYPE_CHECKING:
-        _queries: Queries
-
-        async def _run(self, op: Op[T]) -> T: ...
-
-        async def _perform(self, flow: Flow[T]) -> T: ...
-
-        def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T: ...
-
-    async def alist_grants(self, filter: GrantFilter) -> list[GrantRecord]:
-        return await self._run(self._queries.list_grants(filter))
-
-    async def aspend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
-        ids = checked_spend(grant_ids, at)
-        if ids:
-            await self._perform(spend_flow(self._queries, ids, thread_id, at))
-
-    async def arevoke_grant(
-        self, grant_id: str, *, by: Any = None, at: float | None = None
-    ) -> GrantRecord | None:
-        return await self._run(self._queries.revoke_grant(grant_id, *_revoking(grant_id, by, at)))
-
-    def list_grants(self, filter: GrantFilter) -> list[GrantRecord]:
-        return self._call(lambda: self.alist_grants(filter))
-
-    def spend_grants(self, grant_ids: Sequence[str], *, thread_id: str, at: float) -> None:
-        self._call(lambda: self.aspend_grants(grant_ids, thread_id=thread_id, at=at))
-
-    def revoke_grant(self, grant_id: str, *, by: Any = None, at: float | None = None) -> GrantRecord | None:
-        return self._call(lambda: self.arevoke_grant(grant_id, by=by, at=at))

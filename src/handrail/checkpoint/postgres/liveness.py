@@ -50,7 +50,7 @@ class LockAgain:
 Flow = Generator[Any, Any, T]
 """What a saver performs: yields an :data:`Op` (answered with its value, or its error
 thrown in), :data:`NEED_OWNER` (answered with ``(key, holder)``) or :class:`LockAgain`.
-Written once here; each saver's ``_perform`` runs it, sync or async."""
+Written once here; the saver's core (``core.py``) performs it, sync or async."""
 
 
 def under_lock(make: Callable[[int | None], Op[T]], *, claims: bool) -> Flow[T]:
@@ -129,6 +129,10 @@ class LivenessSQL(Tables):
 
     def release_run(self, thread_id: str, run_id: str) -> Op[None]:
         yield [Query(self._release_sql, (thread_id, run_id))]
+
+    def unlock(self, key: int) -> Op[None]:
+        """Release the session lock on ``key`` (the liveness lock on the saver's one connection)."""
+        yield [Query("SELECT pg_advisory_unlock(%s)", (key,))]
 
     def forget_owner(self, owner_key: int) -> Op[None]:
         yield [Query(f"DELETE FROM {self.runs} WHERE owner_key = %s", (owner_key,))]
