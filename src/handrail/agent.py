@@ -32,8 +32,9 @@ from handrail.middleware.types import AgentMiddleware
 from handrail.models import init_chat_model
 from handrail.models.base import ChatModel
 from handrail.runtime import answering, inbox, loop, maintenance, reading
-from handrail.runtime.effects import Env, drive_async, drive_sync, takes
+from handrail.runtime.effects import Env, drive_async, drive_sync
 from handrail.runtime.inbox import InterruptPage, PendingInterrupt
+from handrail.runtime.older_stores import takes
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, coerce_tool
 from handrail.types import (

@@ -18,6 +18,7 @@ from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, n
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.review.quorum import CallApprovals, progress
 from handrail.runtime import granting, recovery, rules
+from handrail.runtime.commit import Persist, buffer, flush
 from handrail.runtime.compat import recursion_limit, stream_metadata
 from handrail.runtime.effects import (
     CallHook,
@@ -26,11 +27,8 @@ from handrail.runtime.effects import (
     Chain,
     Effect,
     Env,
-    Persist,
     RunTasks,
     StoreCall,
-    buffer,
-    flush,
     normalise_model_result,
     normalise_tool_result,
     tool_result_message,

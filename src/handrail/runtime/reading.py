@@ -23,9 +23,10 @@ from handrail.checkpoint.serde import loads
 from handrail.errors import InvalidInputError, SerializationError, stored_time
 from handrail.review.response_schema import response_schema
 from handrail.runtime import rules
-from handrail.runtime.effects import Effect, Env, StoreCall, takes
+from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event, unpack_payload
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime.older_stores import takes
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
 
