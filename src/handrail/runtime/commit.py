@@ -170,6 +170,8 @@ class Persist(Effect):
         last = env.last_record
         kept = not durable and last is not None and last.status == thread_status(fold)
         try:
+            if fold.pending:
+                _make_review_payloads(fold)
             return thread_record(fold, updated_at=last.updated_at if kept and last else None)
         except BaseException:
             env.broken = True  # the buffer is already taken: stop here
@@ -484,13 +486,25 @@ def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[S
         if event.kind == "interrupt":
             record = fold.pending.get(event.data["id"])
             if record is not None and record.stored is None:
-                object.__setattr__(record, "stored", review_payload(row.payload))  # a cache, not state
+                _keep(fold, record.with_stored(review_payload(row.payload)))
+
+
+def _make_review_payloads(fold: ThreadFold) -> None:
+    """Make the inbox payload of each pending review that has none (one raised before this
+    run, read back from the store), once per review: later appends reuse it."""
+    for record in [r for r in fold.pending.values() if r.stored is None]:
+        _keep(fold, record.with_stored(_inbox_payload(record, fold.thread_id)))
+
+
+def _keep(fold: ThreadFold, record: InterruptRecord) -> None:
+    """Put ``record`` in place of the equal one the fold holds (it carries its payload)."""
+    fold.pending[record.id] = record
+    if record.id in fold.step_interrupts:
+        fold.step_interrupts[record.id] = record
 
 
 def _inbox_payload(record: InterruptRecord, thread_id: str) -> bytes:
-    """The stored form of a pending interrupt's value, made once per interrupt."""
-    if record.stored is None:
-        stored = review_record(record.id, record.kind, record.value, thread_id, record.terms)
-        object.__setattr__(record, "stored", stored)  # a cache, not state
-    assert record.stored is not None
-    return record.stored
+    """The inbox payload of a pending review: the one it carries, or one made now."""
+    if record.stored is not None:
+        return record.stored
+    return review_record(record.id, record.kind, record.value, thread_id, record.terms)

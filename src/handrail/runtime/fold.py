@@ -31,8 +31,9 @@ Reducer = Callable[[Any, Any], Any]
 class InterruptRecord:
     """An interrupt raised in the current step. ``index`` orders the calls in a task.
 
-    Treated as a value (never changed once made); ``stored``, the inbox payload once
-    made, is a cache that takes no part in equality.
+    A value: never changed once made. ``stored`` is its inbox payload, which the write
+    path makes once and keeps in an equal record (:meth:`with_stored`); it takes no part
+    in equality.
     """
 
     __slots__ = (
@@ -68,6 +69,22 @@ class InterruptRecord:
         self.value, self.source, self.seq, self.created_at = value, source, seq, created_at
         self.stored = stored
         self.terms = terms  # what the review was asked under (``handrail.review.terms``)
+
+    def with_stored(self, stored: bytes) -> InterruptRecord:
+        """This record, carrying its inbox payload ``stored``."""
+        return InterruptRecord(
+            self.id,
+            self.step,
+            self.task,
+            self.index,
+            self.kind,
+            self.value,
+            self.source,
+            self.seq,
+            self.created_at,
+            stored,
+            self.terms,
+        )
 
     @property
     def expires_at(self) -> float | None:
