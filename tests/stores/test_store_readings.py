@@ -26,7 +26,8 @@ from handrail import Command, InMemorySaver
 from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.errors import ConflictError, SerializationError
 from handrail.runtime import commit
-from handrail.runtime.reading import checked_log, fold_events, restore_reading
+from handrail.runtime.fold_codec import restore_reading
+from handrail.runtime.reading import checked_log, fold_events
 
 
 def reading(seq: int, payload: bytes = b"state") -> StoredEvent:

@@ -82,8 +82,6 @@ from handrail.checkpoint.base import (
     ThreadStatus,
 )
 from handrail.checkpoint.grants import GrantChange, GrantRecord
-from handrail.checkpoint.integrity import GENESIS, seal
-from handrail.checkpoint.serde import dumps
 from handrail.errors import ConflictError
 from handrail.messages import BaseMessage, new_id
 from handrail.review.grants import records_from as grant_records
@@ -91,12 +89,12 @@ from handrail.runtime.effects import Effect, Env, Gen, drive_async, drive_sync
 from handrail.runtime.events import (
     Event,
     encode_event,
-    pack_payload,
     review_payload,
     review_record,
     tools_named_by,
 )
 from handrail.runtime.fold import InterruptRecord, ThreadFold
+from handrail.runtime.fold_codec import saved_reading
 from handrail.runtime.notices import notices_of
 from handrail.runtime.older_stores import takes
 from handrail.runtime.rebase import rebase
@@ -358,14 +356,6 @@ def _relaxed(store: BaseCheckpointSaver, durable: bool, method: str) -> dict[str
 def _reading_due(fold: ThreadFold, store: BaseCheckpointSaver, method: str) -> bool:
     interval = min(READING_EVERY, max(READING_MIN, 2 * len(fold.values.get("messages") or ())))
     return fold.head_seq - fold.reading_seq >= interval and takes(type(store), method, "reading")
-
-
-def saved_reading(fold: ThreadFold) -> StoredEvent:
-    """The stored form of a fold: the thread's saved reading at its head, sealed on its own
-    (it holds the chain's hash at its event: ``checkpoint/integrity.py``, rule 4)."""
-    raw = dumps(fold.to_reading(), where=f"the state of thread {fold.thread_id!r}")
-    payload, _ = seal(GENESIS, fold.thread_id, fold.head_seq, "reading", fold.updated_at, pack_payload(raw))
-    return StoredEvent(seq=fold.head_seq, kind="reading", created_at=fold.updated_at, payload=payload)
 
 
 def buffer(env: Env, events: list[Event]) -> None:
