@@ -93,10 +93,11 @@ from handrail.runtime.events import (
     review_record,
     tools_named_by,
 )
-from handrail.runtime.fold import InterruptRecord, ThreadFold
+from handrail.runtime.fold import ThreadFold
 from handrail.runtime.fold_codec import saved_reading
 from handrail.runtime.notices import notices_of
 from handrail.runtime.older_stores import takes
+from handrail.runtime.pending import InterruptRecord
 from handrail.runtime.rebase import rebase
 
 __all__ = [

@@ -25,7 +25,8 @@ from handrail.middleware.types import (
 )
 from handrail.models.base import accumulate_chunks
 from handrail.runtime.events import Event
-from handrail.runtime.fold import InterruptRecord, ThreadFold
+from handrail.runtime.fold import ThreadFold
+from handrail.runtime.pending import InterruptRecord
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import Tool, run_coroutine_sync
 

@@ -4,124 +4,32 @@
 that gives events their meaning; the run loop appends events and then applies them,
 and loading a thread applies the stored ones, so a thread read back from the store is
 exactly the thread that was run.
+
+The records it keeps of reviews asked and calls started are in ``pending.py``; its
+stored form (a saved reading, a snapshot) is ``fold_codec.py``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from handrail.checkpoint.integrity import GENESIS
 from handrail.errors import SerializationError
 from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_messages_into
 from handrail.review import Answer, answers_from, reviewer_id
 from handrail.review.quorum import count_votes
-from handrail.review.terms import expires_at, needs_count
+from handrail.review.terms import needs_count
 from handrail.runtime.events import CHECKPOINT_KINDS, Event
+from handrail.runtime.pending import InterruptRecord, StartedTool, pending_tool_calls
 
-__all__ = [
-    "BOUND_METADATA",
-    "InterruptRecord",
-    "Reducer",
-    "StartedTool",
-    "ThreadFold",
-    "as_next",
-    "checkpoint_id_of",
-    "pending_tool_calls",
-    "seq_of_checkpoint",
-]
+__all__ = ["BOUND_METADATA", "Reducer", "ThreadFold", "as_next", "checkpoint_id_of", "seq_of_checkpoint"]
 
 BOUND_METADATA = ("assistant_id", "graph_id")
 """Thread metadata keys that name the agent a thread belongs to: set once, by its first
 input, and never changed after (SPEC rule 21; ``rules.py`` refuses input that tries)."""
 
 Reducer = Callable[[Any, Any], Any]
-
-
-class InterruptRecord:
-    """An interrupt raised in the current step. ``index`` orders the calls in a task.
-
-    A value: never changed once made. ``stored`` is its inbox payload, which the write
-    path makes once and keeps in an equal record (:meth:`with_stored`); it takes no part
-    in equality.
-    """
-
-    __slots__ = (
-        "created_at",
-        "id",
-        "index",
-        "kind",
-        "seq",
-        "source",
-        "step",
-        "stored",
-        "task",
-        "terms",
-        "value",
-    )
-    _COMPARED = ("id", "step", "task", "index", "kind", "value", "source", "seq", "created_at", "terms")
-
-    def __init__(
-        self,
-        id: str,
-        step: str,
-        task: str,
-        index: int,
-        kind: str,
-        value: Any,
-        source: str | None,
-        seq: int,
-        created_at: float,
-        stored: bytes | None = None,
-        terms: dict[str, Any] | None = None,
-    ) -> None:
-        self.id, self.step, self.task, self.index, self.kind = id, step, task, index, kind
-        self.value, self.source, self.seq, self.created_at = value, source, seq, created_at
-        self.stored = stored
-        self.terms = terms  # what the review was asked under (``handrail.review.terms``)
-
-    def with_stored(self, stored: bytes) -> InterruptRecord:
-        """This record, carrying its inbox payload ``stored``."""
-        return InterruptRecord(
-            self.id,
-            self.step,
-            self.task,
-            self.index,
-            self.kind,
-            self.value,
-            self.source,
-            self.seq,
-            self.created_at,
-            stored,
-            self.terms,
-        )
-
-    @property
-    def expires_at(self) -> float | None:
-        """When this review expires unanswered (rule 15), or None."""
-        return expires_at(self.terms, self.created_at)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not InterruptRecord:
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self._COMPARED)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._COMPARED)
-        return f"InterruptRecord({fields})"
-
-
-class StartedTool(NamedTuple):
-    """A ``tool_started`` event with no ``tool_finished`` after it (yet)."""
-
-    task: str
-    name: str
-    args: dict[str, Any]
-    run_id: str | None
-    idempotent: bool
-    seq: int
 
 
 class ThreadFold:
@@ -572,30 +480,6 @@ _APPLY: dict[str, Callable[[ThreadFold, dict[str, Any], Event], None]] = {
     for name, method in vars(ThreadFold).items()
     if name.startswith("_apply_") and name not in ("_apply_values", "_apply_messages")
 }
-
-
-def pending_tool_calls(messages: list[BaseMessage]) -> tuple[AIMessage | None, list[dict[str, Any]]]:
-    """The last AI message and those of its tool calls that have no ToolMessage yet.
-
-    Malformed calls (``invalid_tool_calls``) count too: each gets an error result the
-    model can correct.
-    """
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AIMessage):
-            calls: list[dict[str, Any]] = [tc for tc in message.tool_calls if tc.get("id") not in answered]  # type: ignore[misc]
-            if message.invalid_tool_calls:
-                calls += [
-                    {**tc, "invalid": True}
-                    for tc in message.invalid_tool_calls
-                    if tc.get("id") not in answered
-                ]
-            return message, calls
-        else:
-            return None, []
-    return None, []
 
 
 def _planned_action(call: dict[str, Any], answer: Answer | None) -> dict[str, Any]:

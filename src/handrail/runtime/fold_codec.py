@@ -29,7 +29,8 @@ from handrail.errors import SerializationError
 from handrail.messages import ToolMessage
 from handrail.review import Answer
 from handrail.runtime.events import Event, pack_payload, unpack_payload
-from handrail.runtime.fold import InterruptRecord, Reducer, StartedTool, ThreadFold, as_next
+from handrail.runtime.fold import Reducer, ThreadFold, as_next
+from handrail.runtime.pending import InterruptRecord, StartedTool
 
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec

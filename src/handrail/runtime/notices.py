@@ -24,7 +24,7 @@ from handrail.checkpoint.serde import dumps
 from handrail.review.quorum import progress
 from handrail.runtime.effects import Env
 from handrail.runtime.events import Event, pack_payload, tools_named_by
-from handrail.runtime.fold import InterruptRecord
+from handrail.runtime.pending import InterruptRecord
 
 __all__ = ["notices_of"]
 

@@ -84,7 +84,8 @@ from handrail.middleware.types import ResumeContext
 from handrail.review import OUTCOME_DECISIONS, authorize, check_answer, check_outcome_decision
 from handrail.runtime import answering
 from handrail.runtime.events import Event
-from handrail.runtime.fold import BOUND_METADATA, InterruptRecord, StartedTool, ThreadFold, pending_tool_calls
+from handrail.runtime.fold import BOUND_METADATA, ThreadFold
+from handrail.runtime.pending import InterruptRecord, StartedTool, pending_tool_calls
 from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.types import Command, Interrupt
 
