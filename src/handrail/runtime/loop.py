@@ -23,6 +23,7 @@ from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoin
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
 from handrail.runtime.steps import hook_step, model_step, stream_writer, tools_step
+from handrail.runtime.updates import coerce_update
 from handrail.types import Interrupt, RunnableConfig
 
 __all__ = ["CancelledBy", "RunRequest", "RunResult", "cancelled_by", "run", "update_state"]
@@ -239,7 +240,7 @@ def update_state(
         )
     if checkpoint_id is not None:  # the update is checked against the state it applies to
         yield from _travel(env, fold, checkpoint_id, by, channel)
-    checked = rules.coerce_update(
+    checked = coerce_update(
         spec, values if values is not None else {}, where="update_state values", fold=fold
     )
     data: dict[str, Any] = {"values": checked, "as_node": as_node, "supersede": True}
