@@ -483,8 +483,9 @@ def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[S
 def _make_review_payloads(fold: ThreadFold) -> None:
     """Make the inbox payload of each pending review that has none (one raised before this
     run, read back from the store), once per review: later appends reuse it."""
-    for record in [r for r in fold.pending.values() if r.stored is None]:
-        _keep(fold, record.with_stored(_inbox_payload(record, fold.thread_id)))
+    for record in fold.pending.values():
+        if record.stored is None:  # replacing a value leaves the dict's iteration intact
+            _keep(fold, record.with_stored(_inbox_payload(record, fold.thread_id)))
 
 
 def _keep(fold: ThreadFold, record: InterruptRecord) -> None:
