@@ -17,11 +17,11 @@ A saved reading is sealed on its own, and holds the chain's hash at its event.
 
 Rule 3 - One writer. An append names the head it follows and the thread's epoch; the
 store refuses it when another writer moved the thread first (SPEC rule 8). An append
-refused only for answers another writer recorded meanwhile is put after them
-(``rebase.py``), up to ``_REBASES`` times; any other refusal stops the run with a
-ConflictError in the run's terms, and nothing of the append is saved. After a failed
-append, or a failure while preparing one, the run is *broken*: its fold may hold events
-the store will not, and it writes nothing more.
+refused for answers another writer recorded meanwhile, to reviews it does not answer,
+is put after them (``rebase.py``), up to ``_REBASES`` times; any other refusal stops
+the run with a ConflictError in the run's terms, and nothing of the append is saved.
+After a failed append, or a failure while preparing one, the run is *broken*: its fold
+may hold events the store will not, and it writes nothing more.
 
 Rule 4 - What is durable. Every append is committed, so a process that dies loses
 nothing saved. Only some also wait for the disk (an fsync): the one that records the

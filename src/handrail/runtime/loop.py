@@ -22,6 +22,7 @@ from handrail.runtime.events import Event
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
+from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.steps import hook_step, model_step, stream_writer, tools_step
 from handrail.runtime.updates import coerce_update
 from handrail.types import Interrupt, RunnableConfig
@@ -91,7 +92,7 @@ def run(env: Env, request: RunRequest) -> Gen:
     if request.checkpoint_id is not None:
         yield from _travel(env, fold, request.checkpoint_id, request.reviewer, request.channel)
     alive: set[str] = (yield StoreCall("runs_alive", (env.thread_id,))) if fold.started else set()
-    recovered, busy = rules.unfinished_tool_interrupts(spec, fold, alive, env.run_id)
+    recovered, busy = unfinished_tool_interrupts(spec, fold, alive, env.run_id)
     events = rules.start_events(
         spec,
         fold,

@@ -27,6 +27,7 @@ from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.fold_codec import from_snapshot, restore_reading
 from handrail.runtime.older_stores import takes
+from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
 
@@ -260,7 +261,7 @@ def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
     pending = dict(fold.pending)
     if fold.started:
         alive = yield StoreCall("runs_alive", (env.thread_id,))
-        recovered, _ = rules.unfinished_tool_interrupts(env.spec, fold, alive, None)
+        recovered, _ = unfinished_tool_interrupts(env.spec, fold, alive, None)
         for event in recovered:
             event.created_at = fold.updated_at
             pending[event.data["id"]] = rules.record_of(event)

@@ -80,12 +80,11 @@ from handrail.errors import (
     short_repr,
 )
 from handrail.middleware.types import ResumeContext
-from handrail.review import OUTCOME_DECISIONS, authorize, check_answer, check_outcome_decision
+from handrail.review import authorize, check_answer, check_outcome_decision
 from handrail.runtime import answering
 from handrail.runtime.events import Event
 from handrail.runtime.fold import BOUND_METADATA, ThreadFold
 from handrail.runtime.pending import InterruptRecord, StartedTool
-from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.updates import coerce_update
 from handrail.types import Command, Interrupt
 
@@ -93,12 +92,9 @@ if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec
 
 __all__ = [
-    "BOUND_METADATA",
-    "OUTCOME_DECISIONS",
     "new_interrupt_id",
     "start_events",
     "target_answers",
-    "unfinished_tool_interrupts",
     "validate_answer",
 ]
 
