@@ -71,10 +71,10 @@ def _config(thread_id: str, **metadata: Any) -> Any:
 def fill(saver: BaseCheckpointSaver) -> None:
     """The threads the tests damage (see the module's documentation); each run's last
     append saves a reading of its thread, so that readings are there to damage too."""
-    from handrail.runtime import effects
+    from handrail.runtime import commit
 
-    every, least = effects.READING_EVERY, effects.READING_MIN
-    effects.READING_EVERY = effects.READING_MIN = 1
+    every, least = commit.READING_EVERY, commit.READING_MIN
+    commit.READING_EVERY = commit.READING_MIN = 1
     try:
         per_call, batched = agent_on(saver), agent_on(saver, "batched")
         per_call.invoke({"messages": ["write_file,touch_file"]}, _config("t", team="x"))
@@ -85,7 +85,7 @@ def fill(saver: BaseCheckpointSaver) -> None:
         per_call.invoke({"messages": ["write_file"]}, _config("gone", team="x"))
         per_call.delete_thread("gone", by={"id": "ops", "roles": ["admin"]})
     finally:
-        effects.READING_EVERY, effects.READING_MIN = every, least
+        commit.READING_EVERY, commit.READING_MIN = every, least
 
 
 def readers(saver: BaseCheckpointSaver) -> dict[str, Callable[[], Any]]:

@@ -390,9 +390,9 @@ def finished(values: dict[str, Any]) -> bool:
 # The worker ---------------------------------------------------------------------------------
 def _run_command(command: dict[str, Any], notify: Callable[[str], None]) -> dict[str, Any]:
     if command.get("reading_every"):  # save the whole state that often (a forked child: its own copy)
-        from handrail.runtime import effects
+        from handrail.runtime import commit
 
-        effects.READING_EVERY = command["reading_every"]
+        commit.READING_EVERY = command["reading_every"]
     if command.get("async"):
         return asyncio.run(_resume_async(command, notify))
     saver = open_saver(command["store"])

@@ -15,7 +15,7 @@ from _stores import approve, build_agent, config, start
 from handrail import SqliteSaver
 from handrail.checkpoint.integrity import is_sealed, unseal
 from handrail.checkpoint.serde import dumps
-from handrail.runtime import effects
+from handrail.runtime import commit
 from handrail.runtime.events import decode_event, pack_payload
 
 
@@ -51,7 +51,7 @@ def _as_written_before_seals(path: Path) -> None:
 
 def test_migration_4_seals_the_events_of_an_older_file_and_its_threads_go_on(tmp_path: Path) -> None:
     path = tmp_path / "threads.db"
-    original, effects.READING_EVERY = effects.READING_EVERY, 10
+    original, commit.READING_EVERY = commit.READING_EVERY, 10
     try:
         with SqliteSaver(path) as saver:
             agent = build_agent(saver, tmp_path / "tool.log")
@@ -80,4 +80,4 @@ def test_migration_4_seals_the_events_of_an_older_file_and_its_threads_go_on(tmp
             agent.invoke(approve(start(agent, "pruned")), config("pruned"))
             assert agent.verify_audit(config("pruned")).ok
     finally:
-        effects.READING_EVERY = original
+        commit.READING_EVERY = original

@@ -25,8 +25,9 @@ from test_store_protocol import ev, rec
 from handrail import Command, InMemorySaver
 from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.errors import ConflictError, SerializationError
-from handrail.runtime import effects
-from handrail.runtime.reading import checked_log, fold_events, restore_reading
+from handrail.runtime import commit
+from handrail.runtime.fold_codec import restore_reading
+from handrail.runtime.reading import checked_log, fold_events
 
 
 def reading(seq: int, payload: bytes = b"state") -> StoredEvent:
@@ -122,7 +123,7 @@ class _Spy:
 def test_a_new_agent_loads_a_long_thread_from_its_saved_reading(
     location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(effects, "READING_EVERY", 25)
+    monkeypatch.setattr(commit, "READING_EVERY", 25)
     log = tmp_path / "tool.log"
     first = build_agent(location.saver(), log)
     interrupt_id = _grow(first, "t", 12)
@@ -164,8 +165,8 @@ def test_a_short_thread_is_saved_as_often_as_it_has_messages_so_a_cold_load_fold
     (read,) = spy.reads
     messages = len(state.values["messages"])
     assert read.reading is not None and read.record is not None
-    assert read.record.head_seq > effects.READING_MIN  # more events than the least interval
-    assert len(read.events) < max(effects.READING_MIN, 2 * messages) < effects.READING_EVERY
+    assert read.record.head_seq > commit.READING_MIN  # more events than the least interval
+    assert len(read.events) < max(commit.READING_MIN, 2 * messages) < commit.READING_EVERY
     assert [i.id for i in state.interrupts] == [interrupt_id]
     full = build_agent(location.saver(), log).get_state(config("t"))
     assert state.values == full.values and state.next == full.next
@@ -175,7 +176,7 @@ def test_each_saved_reading_folds_to_the_same_thread_as_the_log(
     location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fold restored from every reading saved along the way equals folding the log up to it."""
-    monkeypatch.setattr(effects, "READING_EVERY", 7)
+    monkeypatch.setattr(commit, "READING_EVERY", 7)
     saver = location.saver()
     agent = build_agent(saver, tmp_path / "tool.log")
     seen: set[int] = set()
@@ -204,8 +205,8 @@ def test_any_saved_reading_restores_the_fold_exactly(tmp_path: Path, every: int,
     saver = InMemorySaver()
     agent = build_agent(saver, tmp_path / "tool.log")
     interrupt_id = start(agent, "t")
-    original = effects.READING_EVERY
-    effects.READING_EVERY = every
+    original = commit.READING_EVERY
+    commit.READING_EVERY = every
     try:
         for n, answer in enumerate(answers):
             decision: dict[str, Any] = {"type": answer}
@@ -219,7 +220,7 @@ def test_any_saved_reading_restores_the_fold_exactly(tmp_path: Path, every: int,
             if read.reading is not None:
                 _assert_restores_the_log(agent, saver, read.reading)
     finally:
-        effects.READING_EVERY = original
+        commit.READING_EVERY = original
 
 
 def _assert_restores_the_log(agent: Any, saver: Any, stored: StoredEvent) -> None:
@@ -244,7 +245,7 @@ def test_a_damaged_reading_fails_loudly_naming_thread_and_event(
     location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SPEC rule 10 for saved readings: never loaded as something else."""
-    monkeypatch.setattr(effects, "READING_EVERY", 5)
+    monkeypatch.setattr(commit, "READING_EVERY", 5)
     saver = location.saver()
     agent = build_agent(saver, tmp_path / "tool.log")
     _grow(agent, "t", 2)
@@ -276,12 +277,12 @@ def _a_reading() -> tuple[Any, StoredEvent]:
     """A real saved reading (memory store), made once for the hypothesis test below."""
     saver = InMemorySaver()
     agent = build_agent(saver, "/dev/null")
-    original = effects.READING_EVERY
-    effects.READING_EVERY = 3
+    original = commit.READING_EVERY
+    commit.READING_EVERY = 3
     try:
         _grow(agent, "t", 2)
     finally:
-        effects.READING_EVERY = original
+        commit.READING_EVERY = original
     reading = saver.read("t", from_reading=True).reading
     assert reading is not None
     return agent, reading
@@ -348,7 +349,7 @@ class _OldSaver(InMemorySaver):
 async def test_a_store_written_before_saved_readings_still_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(effects, "READING_EVERY", 3)
+    monkeypatch.setattr(commit, "READING_EVERY", 3)
     saver = _OldSaver()
     agent = build_agent(saver, tmp_path / "tool.log")
     interrupt_id = _grow(agent, "t", 3)
@@ -362,13 +363,13 @@ def test_time_travel_after_a_saved_reading_reads_the_whole_log(
     location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A branch back past the saved reading needs the older log: the load falls back to it."""
-    monkeypatch.setattr(effects, "READING_EVERY", 10)
+    monkeypatch.setattr(commit, "READING_EVERY", 10)
     log = tmp_path / "tool.log"
     agent = build_agent(location.saver(), log)
     _grow(agent, "t", 4)
     ended = [h for h in agent.get_state_history(config("t")) if not h.next and not h.interrupts]
-    monkeypatch.setattr(effects, "READING_EVERY", 10_000)  # the branch's run saves none
-    monkeypatch.setattr(effects, "READING_MIN", 10_000)
+    monkeypatch.setattr(commit, "READING_EVERY", 10_000)  # the branch's run saves none
+    monkeypatch.setattr(commit, "READING_MIN", 10_000)
     agent.invoke({"messages": ["write_file:again"]}, ended[-1].config)  # a branch from an old checkpoint
     saver = location.saver()
     after = saver.read("t", from_reading=True)

@@ -17,7 +17,7 @@ The whole protocol:
     committed - visible to every reader and kept if the *process* dies - but the store
     need not wait for it to reach the disk (no fsync); the next durable append makes it
     durable too, since a store's log is written in order. The runtime asks for a durable
-    append before a tool may act and at the end of a run; see ``runtime/effects.py``.
+    append before a tool may act and at the end of a run; see ``runtime/commit.py``.
     ``reading``, now and then at the end of a run, is the whole state at the new head
     (an opaque payload, ``reading.seq`` = the new head): keep it in place of the
     thread's previous one, in the same transaction.

@@ -1,7 +1,7 @@
 """The notification events and their payloads (SPEC §5.4), made from the store's feed.
 
 The store writes a notice to its feed in the same transaction as the events that cause
-it (``runtime.effects``); this module says which notices are which notification event
+it (``runtime.notices``); this module says which notices are which notification event
 and what each delivery's JSON says. The payload follows the Standard Webhooks shape::
 
     {

@@ -8,7 +8,7 @@ authorizes exactly that call. The gate is checked where tools run - the executor
 channel can skip it: not a model turn, input, ``Command(update=...)``, ``update_state``,
 a fork, a replay from an earlier checkpoint, nor a worker on another machine. This
 package is pure: it reads policies, review values and answers, and says what may
-happen; the run loop (``runtime/loop.py``) and the fold (``runtime/fold.py``) act on it.
+happen; the run's steps (``runtime/steps.py``) and the fold (``runtime/fold.py``) act on it.
 
 Rule 5 - An answer is checked completely before it is saved (:func:`check_answer`):
     its shape, one decision per call asked about, each decision one the call's review

@@ -37,7 +37,8 @@ from handrail.review.grants import grants_given
 from handrail.review.quorum import count_votes, decisions_of, settled_answer, vote_as_cast
 from handrail.review.terms import calls_asked, needs_count
 from handrail.runtime.events import Event
-from handrail.runtime.fold import InterruptRecord, ThreadFold
+from handrail.runtime.fold import ThreadFold
+from handrail.runtime.pending import InterruptRecord
 
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec

@@ -87,6 +87,7 @@ __all__ = [
     "encode_event",
     "review_payload",
     "review_record",
+    "tools_named_by",
 ]
 
 EVENT_KINDS = frozenset(
@@ -395,6 +396,17 @@ def review_record(interrupt_id: str, kind: str, value: Any, thread_id: str, term
         **({"terms": terms} if terms is not None else {}),
     }
     return _REVIEW_MARK + pack_payload(dumps(data, where=f"interrupt {interrupt_id} of thread {thread_id!r}"))
+
+
+def tools_named_by(value: Any) -> tuple[str, ...]:
+    """The tool names a review's value is about (the inbox's tool filter, a notice's tools)."""
+    if isinstance(value, dict):
+        requests = value.get("action_requests")
+        if isinstance(requests, list):
+            return tuple(str(r.get("name")) for r in requests if isinstance(r, dict))
+        if isinstance(value.get("name"), str):
+            return (value["name"],)
+    return ()
 
 
 REVIEW_KINDS = frozenset({"interrupt", "outcome_unknown"})

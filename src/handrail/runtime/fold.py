@@ -4,97 +4,32 @@
 that gives events their meaning; the run loop appends events and then applies them,
 and loading a thread applies the stored ones, so a thread read back from the store is
 exactly the thread that was run.
+
+The records it keeps of reviews asked and calls started are in ``pending.py``; its
+stored form (a saved reading, a snapshot) is ``fold_codec.py``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from handrail.checkpoint.integrity import GENESIS
 from handrail.errors import SerializationError
 from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_messages_into
 from handrail.review import Answer, answers_from, reviewer_id
 from handrail.review.quorum import count_votes
-from handrail.review.terms import expires_at, needs_count
+from handrail.review.terms import needs_count
 from handrail.runtime.events import CHECKPOINT_KINDS, Event
+from handrail.runtime.pending import InterruptRecord, StartedTool, pending_tool_calls
 
-__all__ = ["BOUND_METADATA", "InterruptRecord", "Reducer", "StartedTool", "ThreadFold", "pending_tool_calls"]
+__all__ = ["BOUND_METADATA", "Reducer", "ThreadFold", "as_next", "checkpoint_id_of", "seq_of_checkpoint"]
 
 BOUND_METADATA = ("assistant_id", "graph_id")
 """Thread metadata keys that name the agent a thread belongs to: set once, by its first
 input, and never changed after (SPEC rule 21; ``rules.py`` refuses input that tries)."""
 
 Reducer = Callable[[Any, Any], Any]
-
-
-class InterruptRecord:
-    """An interrupt raised in the current step. ``index`` orders the calls in a task.
-
-    Treated as a value (never changed once made); ``stored``, the inbox payload once
-    made, is a cache that takes no part in equality.
-    """
-
-    __slots__ = (
-        "created_at",
-        "id",
-        "index",
-        "kind",
-        "seq",
-        "source",
-        "step",
-        "stored",
-        "task",
-        "terms",
-        "value",
-    )
-    _COMPARED = ("id", "step", "task", "index", "kind", "value", "source", "seq", "created_at", "terms")
-
-    def __init__(
-        self,
-        id: str,
-        step: str,
-        task: str,
-        index: int,
-        kind: str,
-        value: Any,
-        source: str | None,
-        seq: int,
-        created_at: float,
-        stored: bytes | None = None,
-        terms: dict[str, Any] | None = None,
-    ) -> None:
-        self.id, self.step, self.task, self.index, self.kind = id, step, task, index, kind
-        self.value, self.source, self.seq, self.created_at = value, source, seq, created_at
-        self.stored = stored
-        self.terms = terms  # what the review was asked under (``handrail.review.terms``)
-
-    @property
-    def expires_at(self) -> float | None:
-        """When this review expires unanswered (rule 15), or None."""
-        return expires_at(self.terms, self.created_at)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not InterruptRecord:
-            return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self._COMPARED)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._COMPARED)
-        return f"InterruptRecord({fields})"
-
-
-class StartedTool(NamedTuple):
-    """A ``tool_started`` event with no ``tool_finished`` after it (yet)."""
-
-    task: str
-    name: str
-    args: dict[str, Any]
-    run_id: str | None
-    idempotent: bool
-    seq: int
 
 
 class ThreadFold:
@@ -340,7 +275,7 @@ class ThreadFold:
                     metadata = {k: v for k, v in metadata.items() if k != key}
             self.metadata.update(metadata)
         self._apply_values(data["values"])
-        self._end_step(_as_next(data["next"]))
+        self._end_step(as_next(data["next"]))
         self.last_step = None
         self.decided = {}  # a new run: no call of the last one is due any more
         self.used = {}
@@ -361,7 +296,7 @@ class ThreadFold:
         values = data.get("values")
         if values:
             self._apply_values(values)
-        self._end_step(_as_next(data["next"]))
+        self._end_step(as_next(data["next"]))
         self.last_step = step
 
     def _apply_update(self, data: dict[str, Any], event: Event) -> None:
@@ -373,7 +308,7 @@ class ThreadFold:
             self.answers = {}
             self.step_interrupts = {}
             self.votes = {}
-        self.next = _as_next(data["next"])
+        self.next = as_next(data["next"])
         if data.get("as_node"):
             self.last_step = data["as_node"]
 
@@ -506,175 +441,6 @@ class ThreadFold:
     def _apply_snapshot(self, data: dict[str, Any], event: Event) -> None:
         raise ValueError("snapshot events start a reading; the loader begins there")
 
-    # Snapshots (left by pruning) ---------------------------------------------------------
-    def to_snapshot(self) -> dict[str, Any]:
-        """Everything a reading holds, as JSON-able data for a ``snapshot`` event."""
-
-        def record(r: InterruptRecord) -> dict[str, Any]:
-            return {
-                "id": r.id,
-                "step": r.step,
-                "task": r.task,
-                "index": r.index,
-                "kind": r.kind,
-                "value": r.value,
-                "source": r.source,
-                "seq": r.seq,
-                "created_at": r.created_at,
-                **({"terms": r.terms} if r.terms is not None else {}),
-            }
-
-        return {
-            "values": self.values,
-            "next": list(self.next),
-            "metadata": self.metadata,
-            "created_at": self.created_at,
-            "checkpoints": self.checkpoint_count,
-            "last_step": self.last_step,
-            "pending": [r.id for r in self.pending.values()],
-            "step_interrupts": [record(r) for r in self.step_interrupts.values()],
-            "answers": self.answers,
-            "answered_ids": sorted(self.answered_ids),
-            "superseded_ids": sorted(self.superseded_ids),
-            "task_results": list(self.task_results.values()),
-            "started": [
-                {
-                    "task": s.task,
-                    "name": s.name,
-                    "args": s.args,
-                    "run_id": s.run_id,
-                    "idempotent": s.idempotent,
-                    "seq": s.seq,
-                }
-                for s in self.started.values()
-            ],
-            "decided": [answer._asdict() for answer in self.decided.values()],
-            "used": [answer._asdict() for answer in self.used.values()],
-            **(
-                {"votes": {key: [list(v) for v in votes] for key, votes in self.votes.items()}}
-                if self.votes
-                else {}
-            ),
-            **({"started_by": self.started_by} if self.started_by is not None else {}),
-        }
-
-    def to_reading(self) -> dict[str, Any]:
-        """The whole reading, as JSON-able data: a saved reading of the thread (see
-        :meth:`from_reading`), which a new process loads instead of folding the log."""
-        return {
-            **self.to_snapshot(),
-            "head_seq": self.head_seq,
-            "updated_at": self.updated_at,
-            "base_seq": self.base_seq,
-            "chain": self.chain.hex(),
-            "checkpoint": [
-                self.checkpoint_seq,
-                self.parent_checkpoint_seq,
-                self.checkpoint_at,
-                self.checkpoint_kind,
-                self.checkpoint_writes,
-            ],
-        }
-
-    @classmethod
-    def from_reading(
-        cls, thread_id: str, reducers: Mapping[str, Reducer], data: Any, seq: int, *, sealed: bool = True
-    ) -> ThreadFold:
-        """The fold :meth:`to_reading` saved at event ``seq``, exactly as folding the log gives it.
-
-        ``sealed``: the reading was stored with a hash, and holds the chain's (a reading
-        saved before that has none to give).
-        """
-        fold = cls._restore(thread_id, reducers, data, seq, "saved reading")
-        try:
-            if int(data["head_seq"]) != seq:
-                raise ValueError(f"it holds the reading at event {data['head_seq']}")
-            checkpoint_seq, parent, at, kind, writes = data["checkpoint"]
-            if writes is not None and not isinstance(writes, dict):
-                raise TypeError("checkpoint writes must be an object")
-            fold.checkpoint_seq, fold.parent_checkpoint_seq = int(checkpoint_seq), int(parent)
-            fold.checkpoint_at, fold.checkpoint_kind, fold.checkpoint_writes = float(at), str(kind), writes
-            fold.updated_at = float(data["updated_at"])
-            fold.base_seq = int(data["base_seq"])
-            if sealed:
-                fold.chain = bytes.fromhex(data["chain"])
-                if len(fold.chain) != len(GENESIS):
-                    raise ValueError("its chain hash has the wrong length")
-                fold.chain_sealed = True
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SerializationError(
-                f"cannot load thread {thread_id!r}, saved reading at record {seq}: damaged "
-                f"({type(exc).__name__}: {exc})",
-                thread_id=thread_id,
-                seq=seq,
-            ) from None
-        fold.reading_seq = seq
-        return fold
-
-    @classmethod
-    def from_snapshot(cls, thread_id: str, reducers: Mapping[str, Reducer], event: Event) -> ThreadFold:
-        """The reading a ``snapshot`` event holds, positioned at that event."""
-        state = event.data.get("state") if isinstance(event.data, dict) else None
-        fold = cls._restore(thread_id, reducers, state, event.seq, "record")
-        fold.head_seq = fold.checkpoint_seq = fold.base_seq = event.seq
-        fold.updated_at = fold.checkpoint_at = event.created_at
-        fold.checkpoint_kind = "snapshot"
-        return fold
-
-    @classmethod
-    def _restore(
-        cls, thread_id: str, reducers: Mapping[str, Reducer], state: Any, seq: int, what: str
-    ) -> ThreadFold:
-        """A fold holding the state of :meth:`to_snapshot` (``what`` names it in errors)."""
-        fold = cls(thread_id, reducers)
-        try:
-            if not isinstance(state, dict):
-                raise TypeError("the state must be an object")
-            fold.values = dict(state["values"])
-            fold._messages_changed += 1
-            messages = fold.values.setdefault("messages", [])
-            if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
-                raise TypeError("the snapshot's messages must be a list of messages")
-            fold._message_index = {m.id: i for i, m in enumerate(messages) if m.id is not None}
-            fold.next = _as_next(state["next"])
-            fold.metadata = dict(state["metadata"])
-            fold.created_at = float(state["created_at"])
-            fold.checkpoint_count = int(state["checkpoints"])
-            fold.last_step = state.get("last_step")
-            interrupts = [
-                InterruptRecord(**{**r, "index": int(r["index"]), "seq": int(r["seq"])})
-                for r in state["step_interrupts"]
-            ]
-            fold.step_interrupts = {r.id: r for r in interrupts}
-            fold.pending = {i: fold.step_interrupts[i] for i in state["pending"]}
-            fold.answers = dict(state["answers"])
-            fold.answered_ids = set(state["answered_ids"])
-            fold.superseded_ids = set(state["superseded_ids"])
-            results = state["task_results"]
-            if not all(isinstance(m, ToolMessage) for m in results):
-                raise TypeError("the snapshot's tool results must be ToolMessages")
-            fold.task_results = {m.tool_call_id: m for m in results}
-            fold.started = {s["task"]: StartedTool(**s) for s in state["started"]}
-            # a snapshot made before answers were bound to calls holds none: those calls are asked again
-            fold.decided = _answers(state.get("decided", ()))
-            fold.used = _answers(state.get("used", ()))
-            fold.votes = _votes(state.get("votes", {}), fold.pending)
-            started_by = state.get("started_by")
-            if started_by is not None and not isinstance(started_by, str):
-                raise TypeError("started_by must be a string")
-            fold.started_by = started_by
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            label = (
-                f"record {seq}: damaged snapshot" if what == "record" else f"{what} at record {seq}: damaged"
-            )
-            raise SerializationError(
-                f"cannot load thread {thread_id!r}, {label} ({type(exc).__name__}: {exc})",
-                thread_id=thread_id,
-                seq=seq,
-            ) from None
-        fold.head_seq = seq
-        return fold
-
     def _end_step(self, next_steps: tuple[str, ...]) -> None:
         self.next = next_steps
         self.pending = {}
@@ -682,6 +448,15 @@ class ThreadFold:
         self.answers = {}
         self.task_results = {}
         self.votes = {}
+
+    def restore_values(self, values: dict[str, Any]) -> None:
+        """Hold ``values`` as the state (a restored reading's); its message list is indexed anew."""
+        messages = values.setdefault("messages", [])
+        if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
+            raise TypeError("the snapshot's messages must be a list of messages")
+        self.values = values
+        self._messages_changed += 1
+        self._message_index = {m.id: i for i, m in enumerate(messages) if m.id is not None}
 
     def _apply_values(self, update: Mapping[str, Any]) -> None:
         if not isinstance(update, Mapping):
@@ -707,30 +482,6 @@ _APPLY: dict[str, Callable[[ThreadFold, dict[str, Any], Event], None]] = {
 }
 
 
-def pending_tool_calls(messages: list[BaseMessage]) -> tuple[AIMessage | None, list[dict[str, Any]]]:
-    """The last AI message and those of its tool calls that have no ToolMessage yet.
-
-    Malformed calls (``invalid_tool_calls``) count too: each gets an error result the
-    model can correct.
-    """
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AIMessage):
-            calls: list[dict[str, Any]] = [tc for tc in message.tool_calls if tc.get("id") not in answered]  # type: ignore[misc]
-            if message.invalid_tool_calls:
-                calls += [
-                    {**tc, "invalid": True}
-                    for tc in message.invalid_tool_calls
-                    if tc.get("id") not in answered
-                ]
-            return message, calls
-        else:
-            return None, []
-    return None, []
-
-
 def _planned_action(call: dict[str, Any], answer: Answer | None) -> dict[str, Any]:
     """What a planned call will run: the edited action when its answer is an edit."""
     if answer is not None and answer.kind == "review" and answer.decision.get("type") == "edit":
@@ -738,27 +489,6 @@ def _planned_action(call: dict[str, Any], answer: Answer | None) -> dict[str, An
         if isinstance(edited, dict):
             return edited
     return call
-
-
-def _answers(raw: Any) -> dict[str, Answer]:
-    if not isinstance(raw, list):
-        raise TypeError("answers must be a list")
-    answers = [Answer(**item) for item in raw]
-    for answer in answers:
-        if not isinstance(answer.call_id, str) or not isinstance(answer.decision, dict):
-            raise TypeError("an answer needs a call id and a decision")
-    return {answer.call_id: answer for answer in answers}
-
-
-def _votes(raw: Any, pending: Mapping[str, InterruptRecord]) -> dict[str, list[tuple[Any, Any]]]:
-    if not isinstance(raw, dict):
-        raise TypeError("votes must be an object")
-    out: dict[str, list[tuple[Any, Any]]] = {}
-    for interrupt_id, votes in raw.items():
-        if interrupt_id not in pending or not isinstance(votes, list):
-            raise ValueError(f"votes for interrupt {interrupt_id!r}, which is not pending")
-        out[interrupt_id] = [(answer, reviewer) for answer, reviewer in votes]
-    return out
 
 
 def _terms(raw: Any) -> dict[str, Any] | None:
@@ -779,7 +509,8 @@ def seq_of_checkpoint(checkpoint_id: str) -> int | None:
     return None
 
 
-def _as_next(value: Any) -> tuple[str, ...]:
+def as_next(value: Any) -> tuple[str, ...]:
+    """A stored ``next`` as the fold keeps it: a tuple of step names (TypeError otherwise)."""
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise TypeError("next must be a list of step names")
     return tuple(value)

@@ -23,6 +23,7 @@ from handrail.errors import InvalidInputError, SerializationError, short_repr, s
 from handrail.runtime.audit import TrailReader
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode_event
+from handrail.runtime.fold_codec import to_snapshot
 from handrail.runtime.reading import anchors_of, checked_log, checked_read, fold_events, start_of
 from handrail.types import AuditEntry, AuditVerification
 
@@ -60,7 +61,7 @@ def prune(env: Env, keep_last: int) -> Gen:
         walked.hashes,
         anchors_of(env.thread_id, next((e for e in reversed(events) if e.kind == "snapshot"), None)),
     )
-    data = {"state": past.to_snapshot(), "anchors": {str(seq): h.hex() for seq, h in anchors.items()}}
+    data = {"state": to_snapshot(past), "anchors": {str(seq): h.hex() for seq, h in anchors.items()}}
     snapshot = Event("snapshot", data, seq=cut, created_at=at_cut.created_at)
     stored, _ = encode_event(snapshot, env.thread_id, before)
     dropped: int = yield StoreCall(

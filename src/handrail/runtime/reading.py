@@ -18,14 +18,16 @@ from collections.abc import Generator, Mapping
 from typing import Any
 
 from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
-from handrail.checkpoint.integrity import GENESIS, ChainWalk, link, unseal, walk
-from handrail.checkpoint.serde import loads
+from handrail.checkpoint.integrity import GENESIS, ChainWalk, walk
 from handrail.errors import InvalidInputError, SerializationError, stored_time
 from handrail.review.response_schema import response_schema
 from handrail.runtime import rules
-from handrail.runtime.effects import Effect, Env, StoreCall, takes
-from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event, unpack_payload
+from handrail.runtime.effects import Effect, Env, StoreCall
+from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime.fold_codec import from_snapshot, restore_reading
+from handrail.runtime.older_stores import takes
+from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
 
@@ -204,36 +206,6 @@ def _reads_saved_readings(env: Env) -> bool:
     return takes(type(env.store), "aread", "from_reading")  # the sync read too
 
 
-def restore_reading(spec: AgentSpec, thread_id: str, stored: StoredEvent) -> ThreadFold | None:
-    """The fold a saved reading holds, or None for a reading saved before readings were
-    sealed (the log is read instead). SPEC rule 10: damage raises, naming the thread and event."""
-    what = f"saved reading at record {stored.seq}"
-    digest, body = unseal(stored.payload)
-    if digest is not None:
-        try:
-            expected = link(GENESIS, thread_id, stored.seq, "reading", stored.created_at, body)
-        except (OverflowError, TypeError, UnicodeEncodeError) as exc:
-            raise SerializationError(
-                f"cannot load thread {thread_id!r}, {what}: a column cannot be hashed ({exc})",
-                thread_id=thread_id,
-                seq=stored.seq,
-            ) from None
-        if digest != expected:
-            raise SerializationError(
-                f"cannot load thread {thread_id!r}, {what}: it does not match its hash (damaged)",
-                thread_id=thread_id,
-                seq=stored.seq,
-            )
-    raw = unpack_payload(body, thread_id, what, stored.seq)
-    data = loads(raw, thread_id=thread_id, seq=stored.seq, record=what)
-    if digest is None:  # saved before readings were sealed: checked, then not trusted
-        ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq, sealed=False)
-        return None
-    if isinstance(data, dict) and "decided" not in data:
-        return None  # saved before answers were bound to calls (rule 19): the log has them
-    return ThreadFold.from_reading(thread_id, spec.reducers, data, stored.seq, sealed=True)
-
-
 def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:
     """Fold a whole log (``branch`` events refold the prefix they go back to)."""
     fold, rest = start_of(spec, thread_id, events)
@@ -247,7 +219,7 @@ def start_of(spec: AgentSpec, thread_id: str, events: list[Event]) -> tuple[Thre
     last = max((i for i, e in enumerate(events) if e.kind == "snapshot"), default=None)
     if last is None:
         return ThreadFold(thread_id, spec.reducers), events
-    return ThreadFold.from_snapshot(thread_id, spec.reducers, events[last]), events[last + 1 :]
+    return from_snapshot(thread_id, spec.reducers, events[last]), events[last + 1 :]
 
 
 def advance(spec: AgentSpec, fold: ThreadFold, events: list[Event], event: Event) -> None:
@@ -289,7 +261,7 @@ def snapshot(env: Env, checkpoint_id: str | None = None) -> Gen:
     pending = dict(fold.pending)
     if fold.started:
         alive = yield StoreCall("runs_alive", (env.thread_id,))
-        recovered, _ = rules.unfinished_tool_interrupts(env.spec, fold, alive, None)
+        recovered, _ = unfinished_tool_interrupts(env.spec, fold, alive, None)
         for event in recovered:
             event.created_at = fold.updated_at
             pending[event.data["id"]] = rules.record_of(event)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.review import OUTCOME_DECISIONS
 from handrail.runtime.events import Event
-from handrail.runtime.fold import StartedTool, ThreadFold
+from handrail.runtime.fold import ThreadFold
+from handrail.runtime.pending import StartedTool
 
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec

@@ -4,7 +4,7 @@ A store keeps, beside each log, rows derived from it - the thread's row, its pen
 reviews and their index rows - sealed when written and checked when read
 (``checkpoint/seals.py``). When they are found damaged, the log still holds the truth:
 :func:`derive_from_log` folds a log, checked against its hash chain, into the record
-the runtime writes (``effects.thread_record``), and the store's ``repair_thread`` keeps
+the runtime writes (``commit.thread_record``), and the store's ``repair_thread`` keeps
 the rows that are sound and rewrites the others from it (``checkpoint/_repair.py``).
 
 Folding needs no agent: the thread row holds the status, the metadata, the times and
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from handrail.checkpoint.base import BaseCheckpointSaver, Derived, StoredEvent
 from handrail.checkpoint.integrity import is_sealed
-from handrail.runtime.effects import thread_record
+from handrail.runtime.commit import thread_record
 from handrail.runtime.reading import checked_log, fold_events
 from handrail.runtime.spec import AgentSpec
 

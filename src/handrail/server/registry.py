@@ -26,7 +26,7 @@ import orjson
 
 from handrail.agent import Agent
 from handrail.errors import SerializationError
-from handrail.runtime.effects import on_first_save, reset_first_save
+from handrail.runtime.commit import on_first_save, reset_first_save
 from handrail.server.problems import Problem, client_problem
 from handrail.server.wire import to_wire
 
