@@ -18,7 +18,8 @@ from handrail.agent.work import Work
 from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter
 from handrail.errors import ConfigurationError, InvalidInputError
 from handrail.runtime import inbox, maintenance
-from handrail.runtime.effects import Env, takes
+from handrail.runtime.effects import Env
+from handrail.runtime.older_stores import takes
 from handrail.types import AuditEntry, AuditVerification, RunnableConfig
 
 __all__ = ["Maintenance"]
