@@ -502,8 +502,9 @@ def test_a_relaxed_append_commits_without_waiting_for_the_wal_flush(postgres: st
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
             assert [e.seq for e in saver.read(thread_id).events] == list(range(1, count + 1))
         # each durable commit flushed the WAL; relaxed ones left it to the WAL writer (a few
-        # flushes at most in the time the loop takes; other sessions may add some)
-        assert syncs[True] >= count, syncs
+        # flushes at most in the time the loop takes; other sessions may add some, and a
+        # commit of another session's can share one of ours: a flush covers both)
+        assert syncs[True] >= count - count // 10, syncs
         assert syncs[False] < count // 3, syncs
         with pytest.raises(ConflictError):  # a relaxed append still conflicts
             saver.append("t-False", events(1, 1), expected_seq=0, record=record("t-False", 1), durable=False)
