@@ -202,9 +202,35 @@ def test_an_approval_after_the_client_left_still_runs_once_and_waits_to_be_colle
 
     assert wait_for(lambda: len(ledger.runs("write_note", text=text)) == 1)
 
-    result = anyio.run(one_call, setup, "handrail_await_review", {"review_id": review}, setup.other_token)
+    result = anyio.run(one_call, setup, "handrail_await_review", {"review_id": review})
     assert not result.is_error and result.content[0].text.startswith("saved note")
     assert len(ledger.runs("write_note", text=text)) == 1
+
+
+def test_a_run_token_neither_answers_its_own_review_nor_collects_another_callers(
+    setup: Setup, ledger: Ledger
+) -> None:
+    """The doors a ``run`` token has (``/mcp`` and the reviewer side): it cannot approve the
+    call it asked for, and another caller's ``handrail_await_review`` learns nothing of it."""
+    text = f"mine {fresh_id()}"
+    pending = anyio.run(one_call, setup, "write_note", {"text": text})
+    review = pending.meta["handrail/review"]["review_id"]
+    item = setup.reviewer.review_of("write_note", text=text)
+    path = f"/handrail/threads/{item['thread_id']}/interrupts/{item['interrupt_id']}/answer"
+    self_approval = httpx.post(
+        setup.url + path,
+        json={"answer": {"decisions": [{"type": "approve"}]}},
+        headers={"Authorization": f"Bearer {setup.agent_token}"},
+    )
+    assert self_approval.status_code in (403, 404), self_approval.text
+    other = anyio.run(one_call, setup, "handrail_await_review", {"review_id": review}, setup.other_token)
+    assert other.is_error and "There is no review" in other.content[0].text
+    assert any(i["thread_id"] == item["thread_id"] for i in setup.reviewer.inbox())  # still pending
+    reject = setup.reviewer.answer(item, {"type": "reject", "message": "not now"})
+    assert reject.status_code == 202
+    mine = anyio.run(one_call, setup, "handrail_await_review", {"review_id": review})
+    assert mine.is_error and "not now" in mine.content[0].text
+    assert ledger.runs("write_note", text=text) == []
 
 
 def test_a_cancelled_call_withdraws_its_review_which_is_recorded_and_never_runs(

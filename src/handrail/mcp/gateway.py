@@ -26,7 +26,7 @@ G6 - A client that cancels its request withdraws the review (``Agent.withdraw``)
      recorded, rejected, and never run. A review already answered is not withdrawn.
 G7 - The gateway's threads are its own: its worker and sweeper take only threads bound
      to its name (never threads bound to no agent), and ``handrail_await_review``
-     answers only for them.
+     answers only for them, and only to the identity that made the call (over HTTP).
 """
 
 from __future__ import annotations
@@ -255,6 +255,8 @@ class Gateway:
         if who is not None:
             configurable["reviewer"] = who
         metadata = {"mcp_client": client, "mcp_upstream": route.server, "mcp_tool": name}
+        if who is not None:
+            metadata["mcp_caller"] = who["id"]  # only this identity collects the outcome (G7)
         session = session_of(ctx) if ctx.request is not None else f"stdio-{self.connection_id}"
         if session is not None:
             metadata["mcp_session"] = session
@@ -284,11 +286,14 @@ class Gateway:
             )
         record = await self.store.aget_thread(review_id)
         metadata = record.metadata if record is not None else {}
-        if metadata.get(ASSISTANT_KEY) != self.name or "mcp_tool" not in metadata:
+        caller = caller_of(ctx)
+        mine = metadata.get("mcp_caller") in (None, caller["id"] if caller is not None else None)
+        if metadata.get(ASSISTANT_KEY) != self.name or "mcp_tool" not in metadata or not mine:
+            # the same words for another caller's review: its existence is not told either
             return error_result(f"There is no review {clean_text(review_id, 100)!r} at this gateway.")
         self._done.setdefault(review_id, asyncio.Event())
         try:
-            return await self._hold(ctx, review_id, str(metadata["mcp_tool"]), caller_of(ctx))
+            return await self._hold(ctx, review_id, str(metadata["mcp_tool"]), caller)
         finally:
             self._done.pop(review_id, None)
 
