@@ -42,6 +42,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from handrail.checkpoint.base import Append
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
@@ -160,15 +162,17 @@ def fill(dsn: str, threads: int, workers: int = 4) -> dict[str, Any]:
         pending = tuple(dataclasses.replace(p, created_at=spacing[-1]) for p in record.pending)
         saver.append(
             thread_id,
-            copied,
-            expected_seq=0,
-            record=dataclasses.replace(
-                record,
-                thread_id=thread_id,
-                epoch=uuid.uuid4().hex,
-                created_at=spacing[0],
-                updated_at=spacing[-1],
-                pending=pending,
+            Append(
+                copied,
+                expected_seq=0,
+                record=dataclasses.replace(
+                    record,
+                    thread_id=thread_id,
+                    epoch=uuid.uuid4().hex,
+                    created_at=spacing[0],
+                    updated_at=spacing[-1],
+                    pending=pending,
+                ),
             ),
         )
 
