@@ -42,8 +42,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from handrail.checkpoint.base import Append
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
@@ -53,7 +51,7 @@ from _workload_handrail import BenchModel, execute_sql, write_file
 from psycopg_pool import ConnectionPool
 
 from handrail import HumanInTheLoopMiddleware, PostgresSaver, ScriptedModel, create_agent, tool
-from handrail.checkpoint.base import PendingFilter, StoredEvent
+from handrail.checkpoint.base import Append, PendingFilter, StoredEvent
 
 DATABASE = "bench_inbox"
 TEAMS = ("billing", "search", "payments", "identity", "mobile", "data-platform", "support-tools")

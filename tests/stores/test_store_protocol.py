@@ -85,23 +85,6 @@ async def test_an_append_with_no_events_replaces_the_record(store: Store) -> Non
     assert await store.get_thread("t") == rec("t", 2, status="running", updated_at=60.0)
 
 
-@pytest.mark.parametrize(
-    ("events", "head", "problem"),
-    [
-        ([ev(2)], 1, "numbered from 1"),
-        ([ev(1), ev(3)], 2, "numbered from 1"),
-        ([ev(1), ev(2)], 1, "head_seq"),
-    ],
-)
-async def test_malformed_appends_are_refused_and_save_nothing(
-    store: Store, events: list[StoredEvent], head: int, problem: str
-) -> None:
-    with pytest.raises(ValueError, match=problem):
-        await store.append("t", Append(events, expected_seq=0, record=rec("t", head)))
-    assert await store.get_thread("t") is None
-    assert (await store.read("t")).events == []
-
-
 @pytest.mark.parametrize(("stale", "head"), [(0, 2), (1, 2), (3, 2), (4, 0)])
 async def test_a_stale_expected_seq_raises_conflict_and_saves_nothing(
     store: Store, stale: int, head: int

@@ -69,16 +69,6 @@ async def test_a_thread_without_a_reading_is_read_whole(store: Store) -> None:
     assert nothing == ThreadRead(record=None, events=[])
 
 
-async def test_a_reading_of_another_event_than_the_new_head_is_refused(store: Store) -> None:
-    await store.append("t", Append([ev(1)], expected_seq=0, record=rec("t", 1)))
-    with pytest.raises(ValueError, match="must be of the new head"):
-        await store.append(
-            "t", Append([ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(2))
-        )
-    read = await store.read("t", from_reading=True)
-    assert read.reading is None and [e.seq for e in read.events] == [1]
-
-
 async def test_a_conflicting_append_saves_no_reading(store: Store) -> None:
     await store.append("t", Append([ev(1), ev(2)], expected_seq=0, record=rec("t", 2)))
     with pytest.raises(ConflictError):
