@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import handrail
-from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Append, PendingFilter, PendingReview, StoredEvent, ThreadRecord
 from handrail.checkpoint.integrity import GENESIS, seal
 
 
@@ -80,7 +80,7 @@ def measure(saver: Any, name: str, threads: int, appends: int) -> dict[str, floa
     for n in range(threads):  # the store the inbox reads: paused threads, two events each
         thread_id = f"{name}-{n:06d}"
         rows, _ = _events(thread_id, 1, 2, GENESIS)
-        saver.append(thread_id, rows, expected_seq=0, record=_record(thread_id, 2, epoch), **durable)
+        saver.append(thread_id, Append(rows, expected_seq=0, record=_record(thread_id, 2, epoch), **durable))
     thread_id = f"{name}-appends"
     prev = GENESIS
     samples = []
@@ -88,7 +88,7 @@ def measure(saver: Any, name: str, threads: int, appends: int) -> dict[str, floa
         rows, prev = _events(thread_id, head, 1, prev)
         record = _record(thread_id, head, epoch)
         start = time.perf_counter()
-        saver.append(thread_id, rows, expected_seq=head - 1, record=record, **durable)
+        saver.append(thread_id, Append(rows, expected_seq=head - 1, record=record, **durable))
         samples.append(time.perf_counter() - start)
     figures = {"append": _median_us(samples[10:])}
     figures["inbox page"] = _time(lambda: saver.list_pending(PendingFilter(limit=50)), 200)

@@ -51,7 +51,7 @@ from _workload_handrail import BenchModel, execute_sql, write_file
 from psycopg_pool import ConnectionPool
 
 from handrail import HumanInTheLoopMiddleware, PostgresSaver, ScriptedModel, create_agent, tool
-from handrail.checkpoint.base import PendingFilter, StoredEvent
+from handrail.checkpoint.base import Append, PendingFilter, StoredEvent
 
 DATABASE = "bench_inbox"
 TEAMS = ("billing", "search", "payments", "identity", "mobile", "data-platform", "support-tools")
@@ -160,15 +160,17 @@ def fill(dsn: str, threads: int, workers: int = 4) -> dict[str, Any]:
         pending = tuple(dataclasses.replace(p, created_at=spacing[-1]) for p in record.pending)
         saver.append(
             thread_id,
-            copied,
-            expected_seq=0,
-            record=dataclasses.replace(
-                record,
-                thread_id=thread_id,
-                epoch=uuid.uuid4().hex,
-                created_at=spacing[0],
-                updated_at=spacing[-1],
-                pending=pending,
+            Append(
+                copied,
+                expected_seq=0,
+                record=dataclasses.replace(
+                    record,
+                    thread_id=thread_id,
+                    epoch=uuid.uuid4().hex,
+                    created_at=spacing[0],
+                    updated_at=spacing[-1],
+                    pending=pending,
+                ),
             ),
         )
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from handrail import Command, InMemorySaver, ScriptedModel, create_agent, tool
+from handrail.checkpoint.base import Append
 from handrail.errors import ConflictError, InvalidDecisionError
 
 from _support import AgentFactory, Ledger, call, config, events_of, turn
@@ -87,9 +88,9 @@ def test_store_refuses_an_append_at_a_stale_head() -> None:
 
     store = InMemorySaver()
     record = ThreadRecord("t", 1, "idle", "e", 1.0, 1.0)
-    store.append("t", [StoredEvent(1, "input", 1.0, b"{}")], expected_seq=0, record=record)
+    store.append("t", Append([StoredEvent(1, "input", 1.0, b"{}")], expected_seq=0, record=record))
     with pytest.raises(ConflictError, match="expected it at event 0, found it at 1"):
-        store.append("t", [StoredEvent(1, "input", 2.0, b"{}")], expected_seq=0, record=record)
+        store.append("t", Append([StoredEvent(1, "input", 2.0, b"{}")], expected_seq=0, record=record))
     assert len(store.read("t").events) == 1
 
 

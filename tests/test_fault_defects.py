@@ -23,6 +23,7 @@ from handrail import (
     interrupt,
     tool,
 )
+from handrail.checkpoint.base import Append
 from handrail.errors import InvalidDecisionError
 
 from _support import config, events_of, resealed, turn
@@ -257,7 +258,7 @@ def _reviewed_log() -> tuple[Any, list[Any], Any]:
 
 def _stored_again(rows: list[Any], record: Any) -> Any:
     store = InMemorySaver()
-    store.append("t1", resealed("t1", rows), expected_seq=0, record=record)
+    store.append("t1", Append(resealed("t1", rows), expected_seq=0, record=record))
     return create_agent(ScriptedModel([]), [], checkpointer=store)
 
 

@@ -23,7 +23,7 @@ from handrail import (
     create_agent,
     tool,
 )
-from handrail.checkpoint.base import PendingReview, StoredEvent
+from handrail.checkpoint.base import Append, PendingReview, StoredEvent
 from handrail.checkpoint.serde import dumps, loads
 from handrail.errors import SerializationError
 from handrail.runtime.events import decode_event
@@ -258,7 +258,7 @@ def _store_inbox_payload(agent: Any, payload: bytes) -> None:
     store = agent.checkpointer
     record = store._records["t1"]
     held = replace(record, pending=(replace(record.pending[0], payload=payload),))
-    store.append("t1", [], expected_seq=record.head_seq, record=held)
+    store.append("t1", Append([], expected_seq=record.head_seq, record=held))
 
 
 def test_a_damaged_inbox_entry_names_the_thread_and_interrupt(make_agent: AgentFactory) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from handrail import AgentMiddleware, Command, InMemorySaver, ScriptedModel, create_agent
-from handrail.checkpoint.base import StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Append, ThreadRecord
 from handrail.checkpoint.integrity import unseal
 from handrail.checkpoint.serde import dumps
 from handrail.errors import ConflictError
@@ -26,25 +25,14 @@ class CountingSaver(InMemorySaver):
         self.records: list[tuple[bool, ThreadRecord, float]] = []  # durable?, row, last event's time
         self.standalone: list[str] = []
 
-    def append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-    ) -> None:
-        marks = ["+claim"] if claim else []
-        marks += ["-release"] if release else []
-        marks += [] if durable else ["~relaxed"]
+    def append(self, thread_id: str, change: Append) -> None:
+        events = change.events
+        marks = ["+claim"] if change.claim else []
+        marks += ["-release"] if change.release else []
+        marks += [] if change.durable else ["~relaxed"]
         self.appends.append([e.kind for e in events] + marks)
-        self.records.append((durable, record, events[-1].created_at if events else 0.0))
-        super().append(
-            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
-        )
+        self.records.append((change.durable, change.record, events[-1].created_at if events else 0.0))
+        super().append(thread_id, change)
 
     def claim_run(self, thread_id: str, run_id: str) -> None:
         self.standalone.append("claim")
@@ -210,9 +198,9 @@ class ReadCountingSaver(InMemorySaver):
         super().__init__()
         self.reads = 0
 
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> Any:
+    def read(self, thread_id: str, **options: Any) -> Any:
         self.reads += 1
-        return super().read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
+        return super().read(thread_id, **options)
 
 
 def _next(messages: list[Any]) -> dict[str, Any]:
@@ -315,16 +303,22 @@ async def test_concurrent_calls_of_an_async_run_share_their_commits(spec_tools: 
     assert saver.appends[1].count("tool_finished") == 3
 
 
-class KeywordRecordingSaver(InMemorySaver):
-    """Records the keywords of every append."""
+class RecordingSaver(InMemorySaver):
+    """Records every append, and whether it returned (was confirmed) before the next began."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.keywords: list[set[str]] = []
+        self.changes: list[Append] = []
+        self.open = 0
 
-    def append(self, thread_id: str, events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        self.keywords.append(set(kwargs))
-        super().append(thread_id, events, **kwargs)
+    def append(self, thread_id: str, change: Append) -> None:
+        assert self.open == 0, "an append began before the one before it returned"
+        self.open += 1
+        try:
+            super().append(thread_id, change)
+        finally:
+            self.open -= 1
+        self.changes.append(change)
 
 
 def test_every_append_is_confirmed_before_the_run_goes_on(make_agent: AgentFactory) -> None:
@@ -333,7 +327,7 @@ def test_every_append_is_confirmed_before_the_run_goes_on(make_agent: AgentFacto
     An append confirmed later, by whichever caller read the thread next, let a parked
     run's next append overtake it, so a winning resume was told ConflictError (issue 12).
     """
-    saver = KeywordRecordingSaver()
+    saver = RecordingSaver()
     script = [
         turn(call("write_file", path="a", content="x"), call("execute_sql", query="q")),
         {"content": "ok"},
@@ -341,15 +335,14 @@ def test_every_append_is_confirmed_before_the_run_goes_on(make_agent: AgentFacto
     agent = make_agent(script, checkpointer=saver)
     agent.invoke({"messages": "go"}, config())
     agent.invoke(Command(resume={"decisions": [{"type": "approve"}, {"type": "approve"}]}), config())
-    assert len(saver.keywords) >= 4
-    assert all("wait" not in keywords for keywords in saver.keywords), saver.keywords
+    assert len(saver.changes) >= 4
 
 
 def test_a_run_that_stops_in_the_model_call_has_saved_the_tool_results_before_it(
     make_agent: AgentFactory,
 ) -> None:
     """Rule 7: the commit before the model call is made before the call, failing or not."""
-    saver = KeywordRecordingSaver()
+    saver = RecordingSaver()
 
     def down(messages: Any) -> Any:
         raise RuntimeError("the model is down")

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from handrail import (
 )
 from handrail.agent import Agent
 from handrail.checkpoint.base import (
+    Append,
     BaseCheckpointSaver,
     DeletionRecord,
     FeedEntry,
@@ -176,7 +177,7 @@ def open_saver(spec: dict[str, Any], **options: Any) -> Any:
 class Store:
     """One test body for sync and async savers: every protocol method, awaitable.
 
-    ``await store.append(...)`` calls ``saver.append`` or ``await saver.aappend``.
+    ``await store.append(thread_id, Append(...))`` calls ``saver.append`` or ``await saver.aappend``.
     """
 
     def __init__(self, saver: BaseCheckpointSaver, is_async: bool, location: Location) -> None:
@@ -189,27 +190,8 @@ class Store:
             return await getattr(self.saver, "a" + name)(*args, **kwargs)
         return getattr(self.saver, name)(*args, **kwargs)
 
-    async def append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        **extra: Any,
-    ) -> None:
-        await self._call(
-            "append",
-            thread_id,
-            events,
-            expected_seq=expected_seq,
-            record=record,
-            claim=claim,
-            release=release,
-            **extra,
-        )
+    async def append(self, thread_id: str, change: Append) -> None:
+        await self._call("append", thread_id, change)
 
     async def read(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, **extra: Any
@@ -462,29 +444,11 @@ class KillingSaver(BaseCheckpointSaver):
         self.when = when
         self.appends = 0
 
-    def append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        **options: Any,  # durable=, reading=
-    ) -> None:
+    def append(self, thread_id: str, change: Append) -> None:
         self.appends += 1
         if self.appends == self.at and self.when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
-        self.inner.append(
-            thread_id,
-            events,
-            expected_seq=expected_seq,
-            record=record,
-            claim=claim,
-            release=release,
-            **options,
-        )
+        self.inner.append(thread_id, change)
         if self.appends == self.at and self.when == "after":
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -506,8 +470,8 @@ class KillingSaver(BaseCheckpointSaver):
         result: list[PendingItem] = self.inner.list_pending(filter)
         return result
 
-    def delete_thread(self, thread_id: str) -> bool:
-        result: bool = self.inner.delete_thread(thread_id)
+    def delete_thread(self, thread_id: str, *, by: Any = None) -> bool:
+        result: bool = self.inner.delete_thread(thread_id, by=by)
         return result
 
     def prune(

@@ -11,7 +11,7 @@ import pytest
 from _stores import drop_schema
 
 from handrail.checkpoint._records import Migration
-from handrail.checkpoint.base import StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Append, StoredEvent, ThreadRecord
 from handrail.checkpoint.integrity import SEAL, unseal
 from handrail.checkpoint.postgres.schema import Op, PostgresMigration, Query, migrations
 
@@ -72,7 +72,9 @@ def _with_step(step: Any) -> type[PostgresSaver]:
 
 def _one_thread(saver: PostgresSaver) -> None:
     events = [StoredEvent(1, "input", 1.0, b'{"a":"x"}'), StoredEvent(2, "step", 2.0, b'{"b":"y"}')]
-    saver.append("t", events, expected_seq=0, record=ThreadRecord("t", 2, "idle", "e", 1.0, 2.0, {}, ()))
+    saver.append(
+        "t", Append(events, expected_seq=0, record=ThreadRecord("t", 2, "idle", "e", 1.0, 2.0, {}, ()))
+    )
 
 
 def _versions(saver: PostgresSaver) -> list[int]:

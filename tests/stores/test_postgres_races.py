@@ -85,9 +85,9 @@ def test_two_threads_sharing_a_saver_race_resumes_one_winner_whose_run_completes
 
 
 def test_no_postgres_append_can_be_left_unconfirmed() -> None:
-    """Defect 2's cause is gone: neither saver takes ``wait``, so the runtime (which passes
-    ``wait=False`` only to a store whose append takes it) never sends a save it does not
-    wait for, and no later call has an earlier call's answer to read."""
+    """Defect 2's cause is gone: neither saver's append takes ``wait`` (it takes one
+    :class:`Append`), so the runtime never sends a save it does not wait for, and no later
+    call has an earlier call's answer to read."""
     for method in (PostgresSaver.append, AsyncPostgresSaver.append, AsyncPostgresSaver.aappend):
         assert "wait" not in inspect.signature(method).parameters
     assert not hasattr(PostgresSaver, "_confirm") and not hasattr(PostgresSaver, "_park")

@@ -17,6 +17,7 @@ from _stores import drop_schema, wait_until
 
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import (
+    Append,
     ClaimFilter,
     PendingFilter,
     PendingReview,
@@ -73,7 +74,7 @@ def test_setup_is_versioned_and_idempotent(postgres: str, schema: str) -> None:
         assert [m.version for m in saver.schema_migrations()] == list(range(1, OURS + 1))
         saver.setup()
         saver.setup()
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
     versions = list(range(1, OURS + 1))
     assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
         (v,) for v in versions
@@ -116,7 +117,7 @@ def test_setup_from_many_sessions_at_once(postgres: str, schema: str) -> None:
 def test_connection_forms_and_their_checks(postgres: str, schema: str) -> None:
     with psycopg.connect(postgres, autocommit=True) as conn:
         saver = PostgresSaver(conn, schema=schema)
-        saver.append("t", events(1, 2), expected_seq=0, record=record("t", 2))
+        saver.append("t", Append(events(1, 2), expected_seq=0, record=record("t", 2)))
         saver.claim_run("t", "r")
         assert saver.runs_alive("t") == {"r"}
         saver.close()
@@ -134,7 +135,7 @@ def test_connection_forms_and_their_checks(postgres: str, schema: str) -> None:
 
 async def test_async_forms_and_the_sync_bridge(postgres: str, schema: str) -> None:
     async with AsyncPostgresSaver.from_conn_string(postgres, schema=schema) as saver:
-        await saver.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        await saver.aappend("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
         # a sync call from another thread is handed to the loop
         assert await asyncio.to_thread(saver.get_thread, "t") == record("t", 1)
         with pytest.raises(ConfigurationError, match="from its event loop"):
@@ -268,9 +269,11 @@ def test_what_postgres_cannot_hold_is_refused_clearly(postgres: str, schema: str
     with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
         nul = ThreadRecord("t", 1, "idle", "e", 1.0, 2.0, {"note": "a\x00b"}, ())
         with pytest.raises(SerializationError, match="cannot store thread 't' in PostgreSQL"):
-            saver.append("t", events(1, 1), expected_seq=0, record=nul)
+            saver.append("t", Append(events(1, 1), expected_seq=0, record=nul))
         assert saver.get_thread("t") is None
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))  # nothing was left behind
+        saver.append(
+            "t", Append(events(1, 1), expected_seq=0, record=record("t", 1))
+        )  # nothing was left behind
 
 
 def test_a_nul_in_a_text_field_is_refused_not_cut(postgres: str, schema: str) -> None:
@@ -280,7 +283,7 @@ def test_a_nul_in_a_text_field_is_refused_not_cut(postgres: str, schema: str) ->
     paused = ThreadRecord("t", 1, "interrupted", "e", 1.0, 2.0, {}, (ask,))
     with PostgresSaver.from_conn_string(postgres, schema=schema) as saver:
         with pytest.raises(SerializationError, match="cannot store thread 't' in PostgreSQL"):
-            saver.append("t", events(1, 1), expected_seq=0, record=paused)
+            saver.append("t", Append(events(1, 1), expected_seq=0, record=paused))
         assert saver.get_thread("t") is None
 
 
@@ -289,16 +292,16 @@ def test_appends_survive_a_session_that_forgets_its_prepared_statements(postgres
     ALL (a pool's reset) drops them, and the saver goes on."""
     with psycopg.connect(postgres, autocommit=True, prepare_threshold=0) as conn:
         saver = PostgresSaver(conn, schema=schema)
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
+        saver.append("t", Append(events(2, 1), expected_seq=1, record=record("t", 2)))
         if conn.prepare_threshold is not None:  # not through PgBouncer (see conftest.postgres)
             prepared = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
             assert prepared is not None and prepared[0] > 0
         conn.execute("DISCARD ALL")  # the server forgets
-        saver.append("t", events(3, 1), expected_seq=2, record=record("t", 3))
-        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+        saver.append("t", Append(events(3, 1), expected_seq=2, record=record("t", 3)))
+        saver.append("t", Append(events(4, 1), expected_seq=3, record=record("t", 4)))
         with pytest.raises(ConflictError):  # errors still come back as before
-            saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+            saver.append("t", Append(events(4, 1), expected_seq=3, record=record("t", 4)))
         assert [e.seq for e in saver.read("t").events] == [1, 2, 3, 4]
         assert saver.get_thread("t") == record("t", 4)
         saver.close()
@@ -311,7 +314,7 @@ def test_prepare_threshold_none_prepares_no_statement_on_the_server(postgres: st
         postgres, schema=schema, pool_size=1, prepare_threshold=None
     ) as saver:
         for seq in range(1, 11):
-            saver.append("t", events(seq, 1), expected_seq=seq - 1, record=record("t", seq))
+            saver.append("t", Append(events(seq, 1), expected_seq=seq - 1, record=record("t", seq)))
             saver.read("t")
         assert saver._io.pool is not None
         with saver._io.pool.connection() as conn:
@@ -324,10 +327,10 @@ async def test_async_appends_survive_a_session_that_forgets_its_prepared_stateme
 ) -> None:
     async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
         saver = AsyncPostgresSaver(conn, schema=schema)
-        await saver.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        await saver.aappend("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        await saver.aappend("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
+        await saver.aappend("t", Append(events(2, 1), expected_seq=1, record=record("t", 2)))
         await conn.execute("DISCARD ALL")  # psycopg sees it, and forgets what it prepared
-        await saver.aappend("t", events(3, 1), expected_seq=2, record=record("t", 3))
+        await saver.aappend("t", Append(events(3, 1), expected_seq=2, record=record("t", 3)))
         assert [e.seq for e in (await saver.aread("t")).events] == [1, 2, 3]
         await saver.aclose()
 
@@ -356,42 +359,46 @@ def test_an_append_leaves_out_the_deletes_only_where_no_review_can_be_pending(
             raise AssertionError("an append is one statement")  # pragma: no cover
 
         mine._queries.append = spy  # type: ignore[method-assign]
-        mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
-        mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+        mine.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
+        mine.append("t", Append(events(2, 1), expected_seq=1, record=record("t", 2)))
         assert "cleared" not in sent[-1]  # its own last append left no review
         # another saver pauses the thread: this saver's memory is of an older head
         other.append(
             "t",
-            events(3, 1),
-            expected_seq=2,
-            record=ThreadRecord("t", 3, "interrupted", "e", 1.0, 2.0, {}, (ask,)),
+            Append(
+                events(3, 1),
+                expected_seq=2,
+                record=ThreadRecord("t", 3, "interrupted", "e", 1.0, 2.0, {}, (ask,)),
+            ),
         )
         assert [i.review.interrupt_id for i in mine.list_pending(PendingFilter())] == ["i1"]
-        mine.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+        mine.append("t", Append(events(4, 1), expected_seq=3, record=record("t", 4)))
         assert "cleared" in sent[-1]
         assert mine.list_pending(PendingFilter()) == []
         assert _sql(postgres, schema, "SELECT count(*) FROM handrail_pending_tools") == [(0,)]
         # a stale head conflicts before anything is written, whatever the statement
         other.append(
             "t",
-            events(5, 1),
-            expected_seq=4,
-            record=ThreadRecord("t", 5, "interrupted", "e", 1.0, 2.0, {}, (ask,)),
+            Append(
+                events(5, 1),
+                expected_seq=4,
+                record=ThreadRecord("t", 5, "interrupted", "e", 1.0, 2.0, {}, (ask,)),
+            ),
         )
         with pytest.raises(ConflictError):
-            mine.append("t", events(5, 1), expected_seq=4, record=record("t", 5))
+            mine.append("t", Append(events(5, 1), expected_seq=4, record=record("t", 5)))
         assert [i.review.interrupt_id for i in mine.list_pending(PendingFilter())] == ["i1"]
 
         # what it knows of the metadata rows: none where the thread had no metadata
         def paused(head: int, metadata: dict[str, Any]) -> ThreadRecord:
             return ThreadRecord("m", head, "interrupted", "e", 1.0, 2.0, metadata, (ask,))
 
-        mine.append("m", events(1, 1), expected_seq=0, record=paused(1, {}))
+        mine.append("m", Append(events(1, 1), expected_seq=0, record=paused(1, {})))
         assert "tagged" not in sent[-1]  # no metadata: no metadata rows to write
-        mine.append("m", events(2, 1), expected_seq=1, record=paused(2, {"team": "a"}))
+        mine.append("m", Append(events(2, 1), expected_seq=1, record=paused(2, {"team": "a"})))
         assert "cleared_tools" in sent[-1] and "cleared_metadata" not in sent[-1] and "tagged" in sent[-1]
         assert [i.thread_id for i in mine.list_pending(PendingFilter(metadata={"team": "a"}))] == ["m"]
-        mine.append("m", events(3, 1), expected_seq=2, record=record("m", 3))
+        mine.append("m", Append(events(3, 1), expected_seq=2, record=record("m", 3)))
         assert "cleared_metadata" in sent[-1]
         assert _sql(postgres, schema, "SELECT count(*) FROM handrail_pending_metadata") == [(0,)]
         assert mine.list_pending(PendingFilter(metadata={"team": "a"})) == []
@@ -427,16 +434,16 @@ def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any)
         def appends(t: str) -> dict[str, Any]:
             return {
                 "append, new thread": lambda: saver.append(
-                    t, events(1, 2), expected_seq=0, record=record(t, 2)
+                    t, Append(events(1, 2), expected_seq=0, record=record(t, 2))
                 ),
                 "append with a claim and a pause": lambda: saver.append(
-                    t, events(3, 1), expected_seq=2, record=paused(t), claim=f"{t}-r1"
+                    t, Append(events(3, 1), expected_seq=2, record=paused(t), claim=f"{t}-r1")
                 ),
                 "append with a release": lambda: saver.append(
-                    t, events(4, 1), expected_seq=3, record=record(t, 4), release=f"{t}-r1"
+                    t, Append(events(4, 1), expected_seq=3, record=record(t, 4), release=f"{t}-r1")
                 ),
                 "append, relaxed": lambda: saver.append(
-                    t, events(5, 1), expected_seq=4, record=record(t, 5), durable=False
+                    t, Append(events(5, 1), expected_seq=4, record=record(t, 5), durable=False)
                 ),
             }
 
@@ -460,11 +467,11 @@ def test_every_call_is_one_round_trip(postgres: str, schema: str, tmp_path: Any)
         }
         trips = {name: _round_trips(conn, trace, call) for name, call in calls.items()}
         assert trips == dict.fromkeys(calls, 1)
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
 
         def lose() -> None:
             with pytest.raises(ConflictError):
-                saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+                saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
 
         conflict = _round_trips(conn, trace, lose)
         assert conflict == 1  # the server tells the conflict: no second query, nothing to roll back
@@ -496,10 +503,12 @@ def test_a_relaxed_append_commits_without_waiting_for_the_wal_flush(postgres: st
             for seq in range(1, count + 1):
                 saver.append(
                     thread_id,
-                    events(seq, 1),
-                    expected_seq=seq - 1,
-                    record=record(thread_id, seq),
-                    durable=durable,
+                    Append(
+                        events(seq, 1),
+                        expected_seq=seq - 1,
+                        record=record(thread_id, seq),
+                        durable=durable,
+                    ),
                 )
             syncs[durable] = _wal_syncs(conn, watcher) - before
             # the setting did not outlive its transaction
@@ -511,7 +520,9 @@ def test_a_relaxed_append_commits_without_waiting_for_the_wal_flush(postgres: st
         assert syncs[True] >= count - count // 10, syncs
         assert syncs[False] < count // 3, syncs
         with pytest.raises(ConflictError):  # a relaxed append still conflicts
-            saver.append("t-False", events(1, 1), expected_seq=0, record=record("t-False", 1), durable=False)
+            saver.append(
+                "t-False", Append(events(1, 1), expected_seq=0, record=record("t-False", 1), durable=False)
+            )
         saver.close()
 
 
@@ -525,7 +536,7 @@ def test_a_claim_takes_a_lost_liveness_lock_again(postgres: str, schema: str, be
         wait_until(lambda: watcher.runs_alive("t") == set(), "the lock to go with its session")
         # the claim's transaction finds no session holding the lock, so it saves nothing;
         # the saver locks again, re-claims r1, and the append goes through
-        runner.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
+        runner.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1), claim="r2"))
         assert watcher.runs_alive("t") == {"r1", "r2"}
         assert [e.seq for e in watcher.read("t").events] == [1]
     if behind_pgbouncer:
@@ -553,9 +564,11 @@ async def test_an_async_claim_takes_a_lost_liveness_lock_again(postgres: str, sc
             pid = (await cursor.fetchone() or (0,))[0]
             _sql(postgres, schema, "SELECT pg_terminate_backend(%s)", (pid,))
             wait_until(lambda: watcher.runs_alive("t") == set(), "the lock to go with its session")
-            await runner.aappend("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
+            await runner.aappend("t", Append(events(1, 1), expected_seq=0, record=record("t", 1), claim="r2"))
             assert watcher.runs_alive("t") == {"r1", "r2"}
-            await runner.aappend("t", events(2, 1), expected_seq=1, record=record("t", 2), release="r2")
+            await runner.aappend(
+                "t", Append(events(2, 1), expected_seq=1, record=record("t", 2), release="r2")
+            )
             assert watcher.runs_alive("t") == {"r1"}
 
 
@@ -622,7 +635,7 @@ def test_a_version_1_schema_is_migrated_with_its_inbox(postgres: str, schema: st
         assert found(tool="sql") == ["t2", "t1"]
         assert found(tool="sql", after=(8.0, "t2", "i2")) == ["t1"]
         assert found(metadata={"team": "a", "tags": [1]}, limit=1) == ["t2"]
-        saver.append("t2", events(2, 1), expected_seq=1, record=record("t2", 2))  # answered
+        saver.append("t2", Append(events(2, 1), expected_seq=1, record=record("t2", 2)))  # answered
         assert found(metadata={"team": "a"}) == ["t0"]
         assert found(tool="sql") == ["t1"]
     assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [
@@ -652,7 +665,7 @@ def test_a_version_2_schema_gets_saved_readings_and_keeps_its_threads(postgres: 
         read = saver.read("t", from_reading=True)
         assert read.reading is None and [e.seq for e in read.events] == [1, 2, 3]
         reading = StoredEvent(4, "reading", 4.0, b"state")
-        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4), reading=reading)
+        saver.append("t", Append(events(4, 1), expected_seq=3, record=record("t", 4), reading=reading))
         read = saver.read("t", from_reading=True)
         assert read.reading == reading and read.events == []
     assert _sql(postgres, schema, "SELECT version FROM handrail_schema_version ORDER BY 1") == [

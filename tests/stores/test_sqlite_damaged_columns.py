@@ -38,7 +38,14 @@ from hypothesis import strategies as st
 
 from handrail import SqliteSaver
 from handrail.checkpoint._records import MAX_TIME, STATUSES, host_identity
-from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.base import (
+    Append,
+    PendingFilter,
+    PendingReview,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRecord,
+)
 from handrail.errors import SerializationError
 
 NOW = time.time()
@@ -165,19 +172,21 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for thread_id, pending in (("t", (REVIEW,)), ("u", ()), ("v", ()), ("w", ())):
             saver.append(
                 thread_id,
-                [StoredEvent(seq, "step", NOW + seq, b'{"n": %d}' % seq) for seq in (1, 2, 3)],
-                expected_seq=0,
-                record=ThreadRecord(
-                    thread_id,
-                    3,
-                    "interrupted" if pending else "idle",
-                    "epoch-1",
-                    NOW,
-                    NOW + 3,
-                    {"team": "x"},
-                    pending,
+                Append(
+                    [StoredEvent(seq, "step", NOW + seq, b'{"n": %d}' % seq) for seq in (1, 2, 3)],
+                    expected_seq=0,
+                    record=ThreadRecord(
+                        thread_id,
+                        3,
+                        "interrupted" if pending else "idle",
+                        "epoch-1",
+                        NOW,
+                        NOW + 3,
+                        {"team": "x"},
+                        pending,
+                    ),
+                    reading=StoredEvent(3, "reading", NOW + 3, b'{"state": 3}'),
                 ),
-                reading=StoredEvent(3, "reading", NOW + 3, b'{"state": 3}'),
             )
         saver.delete_thread("v", by={"id": "ops", "roles": ["admin"]})
         saver.delete_thread("w")

@@ -17,7 +17,14 @@ import pytest
 
 from handrail import SqliteSaver
 from handrail.checkpoint._records import Migration, host_identity
-from handrail.checkpoint.base import PendingFilter, PendingReview, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.base import (
+    Append,
+    PendingFilter,
+    PendingReview,
+    StoredEvent,
+    ThreadFilter,
+    ThreadRecord,
+)
 from handrail.errors import ConfigurationError, SerializationError
 
 # The schema as handrail wrote it before its tables were prefixed (versions 1 to 3).
@@ -146,9 +153,11 @@ def test_a_file_of_an_older_handrail_is_renamed_with_everything_in_it(tmp_path: 
         assert all(e.payload[:1] == b"\x06" for e in saver.read("t").events)
         saver.append(
             "t",
-            [StoredEvent(4, "step", 4.0, b"{}")],
-            expected_seq=3,
-            record=ThreadRecord("t", 4, "idle", "e", 1.0, 4.0, {}, ()),
+            Append(
+                [StoredEvent(4, "step", 4.0, b"{}")],
+                expected_seq=3,
+                record=ThreadRecord("t", 4, "idle", "e", 1.0, 4.0, {}, ()),
+            ),
         )
     tables, indexes = names(path, "table"), names(path, "index")
     assert tables == {"customers", "schema_version"} | {
@@ -181,9 +190,11 @@ def test_an_application_file_keeps_its_own_tables_and_gains_only_prefixed_ones(t
     with SqliteSaver(path) as saver:
         saver.append(
             "t",
-            [StoredEvent(1, "step", 1.0, b"{}")],
-            expected_seq=0,
-            record=ThreadRecord("t", 1, "idle", "e", 1.0, 1.0, {}, ()),
+            Append(
+                [StoredEvent(1, "step", 1.0, b"{}")],
+                expected_seq=0,
+                record=ThreadRecord("t", 1, "idle", "e", 1.0, 1.0, {}, ()),
+            ),
         )
         assert saver.get_thread("t") is not None
     added = names(path, "table") - before
@@ -221,9 +232,11 @@ def a_file_with_threads(path: Path, threads: int = 300) -> None:
         for n in range(threads):
             saver.append(
                 f"t{n}",
-                [StoredEvent(1, "step", 1.0, b'{"text": "' + b"x" * 200 + b'"}')],
-                expected_seq=0,
-                record=ThreadRecord(f"t{n}", 1, "idle", "e", 1.0, 1.0, {"n": n}, ()),
+                Append(
+                    [StoredEvent(1, "step", 1.0, b'{"text": "' + b"x" * 200 + b'"}')],
+                    expected_seq=0,
+                    record=ThreadRecord(f"t{n}", 1, "idle", "e", 1.0, 1.0, {"n": n}, ()),
+                ),
             )
     assert not Path(f"{path}-wal").exists()  # closing checkpointed the log into the file
 

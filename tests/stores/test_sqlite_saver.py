@@ -19,6 +19,7 @@ from _stores import wait_until
 from handrail import AsyncSqliteSaver, SqliteSaver
 from handrail.checkpoint._records import Migration, host_identity
 from handrail.checkpoint.base import (
+    Append,
     ClaimFilter,
     PendingFilter,
     PendingReview,
@@ -41,7 +42,7 @@ def events(start: int, count: int) -> list[StoredEvent]:
 def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "threads.db"
     with SqliteSaver(path) as saver:
-        saver.append("t", events(1, 2), expected_seq=0, record=record("t", 2))
+        saver.append("t", Append(events(1, 2), expected_seq=0, record=record("t", 2)))
     assert path.exists()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -60,7 +61,7 @@ def test_opens_or_creates_the_file_in_wal_mode(tmp_path: Path) -> None:
 
 def test_from_conn_string_works_with_and_without_with(tmp_path: Path) -> None:
     saver = SqliteSaver.from_conn_string(str(tmp_path / "a.db"))
-    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+    saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
     saver.close()
     with SqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
         assert saver.get_thread("t") == record("t", 1)
@@ -70,12 +71,12 @@ def test_from_conn_string_works_with_and_without_with(tmp_path: Path) -> None:
 
 def test_memory_and_connection_forms(tmp_path: Path) -> None:
     with SqliteSaver(":memory:") as saver:
-        saver.append("t", events(1, 3), expected_seq=0, record=record("t", 3))
+        saver.append("t", Append(events(1, 3), expected_seq=0, record=record("t", 3)))
         saver.claim_run("t", "r")
         assert len(saver.read("t").events) == 3 and saver.runs_alive("t") == {"r"}
     conn = sqlite3.connect(tmp_path / "c.db", check_same_thread=False)
     saver = SqliteSaver(conn)
-    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+    saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
     assert saver.get_thread("t") == record("t", 1)
     saver.close()
     assert conn.execute("SELECT COUNT(*) FROM handrail_events").fetchone() == (1,)  # the caller's, still open
@@ -140,7 +141,7 @@ def test_a_version_1_file_is_migrated_with_everything_in_it(tmp_path: Path) -> N
         assert saver.get_thread("u") == record("u", 1, (review,))
         assert [item.review for item in saver.list_pending(PendingFilter(tool="write_file"))] == [review]
         assert saver.runs_alive("u") == {"r1"}
-        saver.append("t", events(4, 1), expected_seq=3, record=record("t", 4))
+        saver.append("t", Append(events(4, 1), expected_seq=3, record=record("t", 4)))
     old.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM handrail_schema_version").fetchall() == [
@@ -212,7 +213,9 @@ def test_one_saver_shared_by_many_python_threads(tmp_path: Path) -> None:
         barrier.wait()
         try:
             for seq in range(1, appends + 1):
-                saver.append(f"t{n}", events(seq, 1), expected_seq=seq - 1, record=record(f"t{n}", seq))
+                saver.append(
+                    f"t{n}", Append(events(seq, 1), expected_seq=seq - 1, record=record(f"t{n}", seq))
+                )
                 assert saver.read(f"t{n}", after_seq=seq - 1).events == events(seq, 1)
         except BaseException as exc:
             errors.append(exc)
@@ -252,20 +255,22 @@ def test_appends_made_at_once_share_one_commit_and_fail_alone(tmp_path: Path) ->
     """Group commit: one transaction (one fsync) for appends queued together; rule 8 per append."""
     saver = _SlowLeader(tmp_path / "group.db")
     saver.batches = []
-    saver.append("contested", events(1, 1), expected_seq=0, record=record("contested", 1))
+    saver.append("contested", Append(events(1, 1), expected_seq=0, record=record("contested", 1)))
     saver.batches.clear()
     outcomes: dict[str, str] = {}
 
     def first() -> None:
-        saver.append("first", events(1, 1), expected_seq=0, record=record("first", 1))
+        saver.append("first", Append(events(1, 1), expected_seq=0, record=record("first", 1)))
 
     def work(name: str, thread_id: str, expected: int) -> None:
         try:
             saver.append(
                 thread_id,
-                events(expected + 1, 1),
-                expected_seq=expected,
-                record=record(thread_id, expected + 1),
+                Append(
+                    events(expected + 1, 1),
+                    expected_seq=expected,
+                    record=record(thread_id, expected + 1),
+                ),
             )
             outcomes[name] = "ok"
         except ConflictError:
@@ -301,16 +306,18 @@ async def test_concurrent_async_appends_share_commits_and_fail_alone(tmp_path: P
 
     saver = _SlowAsyncLeader(tmp_path / "agroup.db")
     saver.batches = []
-    await saver.aappend("contested", events(1, 1), expected_seq=0, record=record("contested", 1))
+    await saver.aappend("contested", Append(events(1, 1), expected_seq=0, record=record("contested", 1)))
     saver.batches.clear()
 
     async def append(thread_id: str, expected: int) -> str:
         try:
             await saver.aappend(
                 thread_id,
-                events(expected + 1, 1),
-                expected_seq=expected,
-                record=record(thread_id, expected + 1),
+                Append(
+                    events(expected + 1, 1),
+                    expected_seq=expected,
+                    record=record(thread_id, expected + 1),
+                ),
             )
             return "ok"
         except ConflictError:
@@ -331,7 +338,7 @@ async def test_concurrent_async_appends_share_commits_and_fail_alone(tmp_path: P
 async def test_async_saver_as_an_async_context_manager(tmp_path: Path) -> None:
     async with AsyncSqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
         await saver.setup()
-        await saver.aappend("t", events(1, 2), expected_seq=0, record=record("t", 2))
+        await saver.aappend("t", Append(events(1, 2), expected_seq=0, record=record("t", 2)))
         assert (await saver.aget_thread("t")) == record("t", 2)
         await saver.aclaim_run("t", "r")
         assert await saver.aruns_alive("t") == {"r"}
@@ -479,7 +486,7 @@ def test_the_inbox_queries_use_indexes(tmp_path: Path) -> None:
 def test_synchronous_is_full_unless_normal_is_asked_for(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with SqliteSaver(path) as first:
-        first.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        first.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
     for option, expected in ({}, 2), ({"synchronous": "NORMAL"}, 1), ({"synchronous": "FULL"}, 2):
         with SqliteSaver(path, **option) as saver:  # type: ignore[arg-type]
             with saver._connection() as conn:
@@ -499,7 +506,8 @@ def test_a_relaxed_append_commits_without_waiting_for_the_disk(tmp_path: Path) -
             levels = []
             for seq, durable in enumerate([True, False, False, True, False], start=1):
                 saver.append(
-                    "t", events(seq, 1), expected_seq=seq - 1, record=record("t", seq), durable=durable
+                    "t",
+                    Append(events(seq, 1), expected_seq=seq - 1, record=record("t", seq), durable=durable),
                 )
                 with saver._connection() as conn:  # one Python thread: the same pooled connection
                     levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
@@ -517,12 +525,12 @@ def test_a_claim_made_by_an_append_keeps_its_lease(tmp_path: Path) -> None:
             row = conn.execute("SELECT expires_at FROM handrail_run_owners").fetchone()
             return float(row[0])
 
-    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r")
+    saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1), claim="r"))
     first = expiry()
     wait_until(lambda: expiry() > first, "the heartbeat to renew the lease")
     wait_until(lambda: time.time() > first, "the first lease to have run out")
     assert saver.runs_alive("t") == {"r"}
-    saver.append("t", events(2, 1), expected_seq=1, record=record("t", 2), release="r")
+    saver.append("t", Append(events(2, 1), expected_seq=1, record=record("t", 2), release="r"))
     assert saver.runs_alive("t") == set()
     saver.close()
 
@@ -533,7 +541,7 @@ def test_claims_write_the_lease_once_a_heartbeat_period(tmp_path: Path) -> None:
     saver.claim_run("t", "r1")
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE handrail_run_owners SET expires_at = 12345.0")  # a mark, not a real expiry
-    saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1), claim="r2")
+    saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1), claim="r2"))
     saver.claim_run("u", "r3")
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT expires_at FROM handrail_run_owners").fetchall() == [(12345.0,)]
@@ -554,8 +562,8 @@ def test_an_append_that_only_moves_the_head_leaves_the_by_time_indexes_alone(tmp
 
     with SqliteSaver(path) as saver, sqlite3.connect(path) as watcher:
         # a few pages, far from an automatic checkpoint: the WAL only grows, its size counts pages
-        saver.append("t", events(1, 1), expected_seq=0, record=row(1))
-        saver.append("u", events(1, 1), expected_seq=0, record=row(1))
+        saver.append("t", Append(events(1, 1), expected_seq=0, record=row(1)))
+        saver.append("u", Append(events(1, 1), expected_seq=0, record=row(1)))
 
         def pages_written(call: Any) -> int:
             wal = Path(f"{path}-wal")
@@ -563,16 +571,16 @@ def test_an_append_that_only_moves_the_head_leaves_the_by_time_indexes_alone(tmp
             call()
             return (wal.stat().st_size - before) // (1024 + 24)
 
-        same = pages_written(lambda: saver.append("t", events(2, 1), expected_seq=1, record=row(2)))
+        same = pages_written(lambda: saver.append("t", Append(events(2, 1), expected_seq=1, record=row(2))))
         moved = pages_written(
-            lambda: saver.append("t", events(3, 1), expected_seq=2, record=row(3, updated=3.0))
+            lambda: saver.append("t", Append(events(3, 1), expected_seq=2, record=row(3, updated=3.0)))
         )
         assert same < moved  # the two by-time indexes were left alone
         assert saver.get_thread("t") == row(3, updated=3.0)
         # every column still changes when it must
-        saver.append("t", events(4, 1), expected_seq=3, record=row(4, "idle", 3.0, {"k": 1}))
+        saver.append("t", Append(events(4, 1), expected_seq=3, record=row(4, "idle", 3.0, {"k": 1})))
         assert saver.get_thread("t") == row(4, "idle", 3.0, {"k": 1})
-        saver.append("t", events(5, 1), expected_seq=4, record=row(5, "idle", 3.0, {"k": 1}))
+        saver.append("t", Append(events(5, 1), expected_seq=4, record=row(5, "idle", 3.0, {"k": 1})))
         assert saver.get_thread("t") == row(5, "idle", 3.0, {"k": 1})
         assert [t.thread_id for t in saver.list_threads(ThreadFilter(updated_after=2.5))] == ["t"]
         assert [t.thread_id for t in saver.list_threads(ThreadFilter(status="running"))] == ["u"]
@@ -595,9 +603,9 @@ def _statements(saver: SqliteSaver, call: Any) -> list[str]:
 def test_an_append_after_its_own_last_one_checks_the_head_in_its_update(tmp_path: Path) -> None:
     """Rule 8 at a statement less: the row this saver left is not read again, only checked."""
     with SqliteSaver(tmp_path / "t.db") as saver:
-        saver.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        saver.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
         seen = _statements(
-            saver, lambda: saver.append("t", events(2, 2), expected_seq=1, record=record("t", 3))
+            saver, lambda: saver.append("t", Append(events(2, 2), expected_seq=1, record=record("t", 3)))
         )
         assert not [s for s in seen if s.startswith("SELECT")], seen
         (update,) = [s for s in seen if s.startswith("UPDATE handrail_threads")]
@@ -611,9 +619,9 @@ def test_a_row_another_writer_changed_since_is_read_and_the_append_refused(tmp_p
     """Rule 8: what this saver remembers of its last append never hides another writer's."""
     path = tmp_path / "t.db"
     with SqliteSaver(path) as mine, SqliteSaver(path) as other:
-        mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+        mine.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
         if how == "moved":
-            other.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+            other.append("t", Append(events(2, 1), expected_seq=1, record=record("t", 2)))
             message = "expected it at event 1, found it at event 2"
         elif how == "deleted":
             other.delete_thread("t")
@@ -621,17 +629,17 @@ def test_a_row_another_writer_changed_since_is_read_and_the_append_refused(tmp_p
         else:
             other.delete_thread("t")
             again = ThreadRecord("t", 1, "idle", "e2", 1.0, 2.0, {}, ())
-            other.append("t", events(1, 1), expected_seq=0, record=again)
+            other.append("t", Append(events(1, 1), expected_seq=0, record=again))
             message = "deleted and started again"
         before = other.read("t")
         with pytest.raises(ConflictError, match=message):
-            mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+            mine.append("t", Append(events(2, 1), expected_seq=1, record=record("t", 2)))
         assert other.read("t") == before  # nothing of the refused append was saved
         # the saver reads the row again next time: an append at the real head goes through
         head = before.record.head_seq if before.record is not None else 0
         epoch = before.record.epoch if before.record is not None else "e"
         after = ThreadRecord("t", head + 1, "idle", epoch, 1.0, 2.0, {}, ())
-        mine.append("t", events(head + 1, 1), expected_seq=head, record=after)
+        mine.append("t", Append(events(head + 1, 1), expected_seq=head, record=after))
         assert mine.get_thread("t") == after
 
 
@@ -641,13 +649,13 @@ def test_what_the_saver_remembers_of_each_thread_is_small(tmp_path: Path) -> Non
     import tracemalloc
 
     with SqliteSaver(tmp_path / "t.db") as saver:
-        saver.append("warm", events(1, 1), expected_seq=0, record=record("warm", 1))
+        saver.append("warm", Append(events(1, 1), expected_seq=0, record=record("warm", 1)))
         gc.collect()
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
             for i in range(300):
-                saver.append(f"t{i}", events(1, 1), expected_seq=0, record=record(f"t{i}", 1))
+                saver.append(f"t{i}", Append(events(1, 1), expected_seq=0, record=record(f"t{i}", 1)))
             gc.collect()
             per_thread = (tracemalloc.get_traced_memory()[0] - before) / 300
         finally:
@@ -663,12 +671,12 @@ def test_a_row_created_again_with_the_same_head_and_epoch_is_read_not_remembered
     outcomes = []
     for remembered in (True, False):
         with SqliteSaver(path) as mine, SqliteSaver(path) as other:
-            mine.append("t", events(1, 1), expected_seq=0, record=record("t", 1))
+            mine.append("t", Append(events(1, 1), expected_seq=0, record=record("t", 1)))
             if not remembered:
                 mine._known.forget("t")
             other.delete_thread("t")
-            other.append("t", events(1, 1), expected_seq=0, record=again)  # same head, same epoch
-            mine.append("t", events(2, 1), expected_seq=1, record=record("t", 2))
+            other.append("t", Append(events(1, 1), expected_seq=0, record=again))  # same head, same epoch
+            mine.append("t", Append(events(2, 1), expected_seq=1, record=record("t", 2)))
             outcomes.append((mine.read("t"), mine.list_pending(PendingFilter())))
             mine.delete_thread("t")
     assert outcomes[0] == outcomes[1]  # as if nothing had been remembered
@@ -706,7 +714,9 @@ def test_savers_racing_on_one_thread_keep_one_log(tmp_path: Path) -> None:
         try:
             for _ in range(attempts):
                 try:
-                    saver.append("t", events(head + 1, 1), expected_seq=head, record=thread_record(head + 1))
+                    saver.append(
+                        "t", Append(events(head + 1, 1), expected_seq=head, record=thread_record(head + 1))
+                    )
                 except ConflictError:
                     found = saver.get_thread("t")
                     head = found.head_seq if found is not None else 0

@@ -17,7 +17,7 @@ from _stores import Location, Store
 from test_store_protocol import ev, grow, rec, review
 
 from handrail import InMemorySaver
-from handrail.checkpoint.base import PendingFilter, StoredEvent
+from handrail.checkpoint.base import Append, PendingFilter, StoredEvent
 from handrail.errors import ConflictError
 
 
@@ -38,14 +38,15 @@ async def step(store: Store, thread_id: str, **options: Any) -> None:
     head = await head_of(store, thread_id)
     runs = {key: options.pop(key) for key in ("claim", "release") if key in options}
     await store.append(
-        thread_id, [ev(head + 1)], expected_seq=head, record=rec(thread_id, head + 1, **options), **runs
+        thread_id,
+        Append([ev(head + 1)], expected_seq=head, record=rec(thread_id, head + 1, **options), **runs),
     )
 
 
 # Claims and releases ride on appends --------------------------------------------------------------
 async def test_a_claim_made_by_an_append_is_seen_by_every_saver(store: Store) -> None:
     other = await other_saver(store)
-    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2), claim="run-1")
+    await store.append("t", Append([ev(1), ev(2)], expected_seq=0, record=rec("t", 2), claim="run-1"))
     assert await store.runs_alive("t") == {"run-1"}
     assert await other.runs_alive("t") == {"run-1"}
     assert [e.seq for e in (await other.read("t")).events] == [1, 2]
@@ -91,9 +92,11 @@ async def test_a_conflicting_append_claims_and_releases_nothing(store: Store) ->
     await grow(store, "t", 2)
     await store.claim_run("t", "running")
     with pytest.raises(ConflictError):
-        await store.append("t", [ev(2)], expected_seq=1, record=rec("t", 2), claim="late", release="running")
+        await store.append(
+            "t", Append([ev(2)], expected_seq=1, record=rec("t", 2), claim="late", release="running")
+        )
     with pytest.raises(ConflictError):  # a new thread that already exists
-        await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1), claim="late")
+        await store.append("t", Append([ev(1)], expected_seq=0, record=rec("t", 1), claim="late"))
     assert await store.runs_alive("t") == {"running"}
     assert await head_of(store, "t") == 2
     # and the saver did not forget its own claim: it can still release it
@@ -103,14 +106,14 @@ async def test_a_conflicting_append_claims_and_releases_nothing(store: Store) ->
 
 async def test_a_malformed_append_claims_nothing(store: Store) -> None:
     with pytest.raises(ValueError, match="numbered from 1"):
-        await store.append("t", [ev(2)], expected_seq=0, record=rec("t", 2), claim="run-1")
+        await store.append("t", Append([ev(2)], expected_seq=0, record=rec("t", 2), claim="run-1"))
     assert await store.runs_alive("t") == set()
     assert await store.get_thread("t") is None
 
 
 async def test_an_append_with_no_events_can_claim(store: Store) -> None:
     await grow(store, "t", 1)
-    await store.append("t", [], expected_seq=1, record=rec("t", 1, status="running"), claim="run-1")
+    await store.append("t", Append([], expected_seq=1, record=rec("t", 1, status="running"), claim="run-1"))
     assert await store.runs_alive("t") == {"run-1"}
     record = await store.get_thread("t")
     assert record is not None and record.status == "running"
@@ -118,8 +121,8 @@ async def test_an_append_with_no_events_can_claim(store: Store) -> None:
 
 def test_claims_made_by_appends_go_when_their_saver_closes(durable_location: Location) -> None:
     runner, watcher = durable_location.saver(), durable_location.saver()
-    runner.append("t", [ev(1)], expected_seq=0, record=rec("t", 1), claim="run-1")
-    runner.append("u", [ev(1)], expected_seq=0, record=rec("u", 1), claim="run-2")
+    runner.append("t", Append([ev(1)], expected_seq=0, record=rec("t", 1), claim="run-1"))
+    runner.append("u", Append([ev(1)], expected_seq=0, record=rec("u", 1), claim="run-2"))
     assert watcher.runs_alive("t") == {"run-1"}
     runner.close()  # type: ignore[attr-defined]
     assert watcher.runs_alive("t") == set()
@@ -132,18 +135,22 @@ async def test_an_append_to_a_thread_created_again_is_a_conflict(store: Store) -
     await store.delete_thread("t")
     await store.append(
         "t",
-        [ev(1, payload=b'{"new":1}'), ev(2, payload=b'{"new":2}')],
-        expected_seq=0,
-        record=rec("t", 2, epoch="second"),
+        Append(
+            [ev(1, payload=b'{"new":1}'), ev(2, payload=b'{"new":2}')],
+            expected_seq=0,
+            record=rec("t", 2, epoch="second"),
+        ),
     )
     # a writer still working from the first thread, at the same head
     with pytest.raises(ConflictError) as caught:
         await store.append(
             "t",
-            [ev(3)],
-            expected_seq=2,
-            record=rec("t", 3, epoch="first", status="interrupted", pending=(review("stale"),)),
-            claim="stale-run",
+            Append(
+                [ev(3)],
+                expected_seq=2,
+                record=rec("t", 3, epoch="first", status="interrupted", pending=(review("stale"),)),
+                claim="stale-run",
+            ),
         )
     assert caught.value.thread_id == "t"
     assert "'t'" in str(caught.value)
@@ -153,26 +160,26 @@ async def test_an_append_to_a_thread_created_again_is_a_conflict(store: Store) -
     assert await store.list_pending() == []
     assert await store.runs_alive("t") == set()
     # the writer of the new thread goes on
-    await store.append("t", [ev(3)], expected_seq=2, record=rec("t", 3, epoch="second"))
+    await store.append("t", Append([ev(3)], expected_seq=2, record=rec("t", 3, epoch="second")))
     assert await head_of(store, "t") == 3
 
 
 async def test_the_epoch_is_checked_only_once_a_thread_has_events(store: Store) -> None:
-    await store.append("t", [], expected_seq=0, record=rec("t", 0, epoch="first"))
+    await store.append("t", Append([], expected_seq=0, record=rec("t", 0, epoch="first")))
     # at event 0 a thread may start over under a new epoch (a new thread)
-    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1, epoch="second"))
+    await store.append("t", Append([ev(1)], expected_seq=0, record=rec("t", 1, epoch="second")))
     record = await store.get_thread("t")
     assert record is not None and record.epoch == "second"
     with pytest.raises(ConflictError):
-        await store.append("t", [ev(2)], expected_seq=1, record=rec("t", 2, epoch="first"))
-    await store.append("t", [ev(2)], expected_seq=1, record=rec("t", 2, epoch="second"))
+        await store.append("t", Append([ev(2)], expected_seq=1, record=rec("t", 2, epoch="first")))
+    await store.append("t", Append([ev(2)], expected_seq=1, record=rec("t", 2, epoch="second")))
     assert await head_of(store, "t") == 2
 
 
 async def test_a_stale_head_is_reported_before_a_stale_epoch(store: Store) -> None:
     await grow(store, "t", 3, epoch="second")
     with pytest.raises(ConflictError, match="expected it at event 2, found it at"):
-        await store.append("t", [ev(3)], expected_seq=2, record=rec("t", 3, epoch="first"))
+        await store.append("t", Append([ev(3)], expected_seq=2, record=rec("t", 3, epoch="first")))
 
 
 # Pending reviews across appends, and the inbox's metadata index -------------------------------------
@@ -222,8 +229,8 @@ async def test_metadata_filters_match_like_memory_whatever_the_values(store: Sto
         thread = f"t{n}"
         reviews = (review(f"i{n}", tools=("write_file",) if n != 1 else ("sql",), created_at=100.0 + n),)
         record = rec(thread, 1, status="interrupted", metadata=metadata, pending=reviews)
-        await store.append(thread, [ev(1)], expected_seq=0, record=record)
-        oracle.append(thread, [ev(1)], expected_seq=0, record=record)
+        await store.append(thread, Append([ev(1)], expected_seq=0, record=record))
+        oracle.append(thread, Append([ev(1)], expected_seq=0, record=record))
     for metadata in FILTERS:
         wanted = PendingFilter(metadata=metadata, tool=tool)
         found = [(i.thread_id, i.review.interrupt_id) for i in await store.list_pending(wanted)]
@@ -246,10 +253,12 @@ def test_events_of_every_append_keep_their_order(location: Location) -> None:
     for start in range(0, 300, 30):
         saver.append(
             "t",
-            events[start : start + 30],
-            expected_seq=start,
-            record=rec("t", start + 30),
-            claim=f"r{start}",
+            Append(
+                events[start : start + 30],
+                expected_seq=start,
+                record=rec("t", start + 30),
+                claim=f"r{start}",
+            ),
         )
     assert saver.read("t").events == events
     assert saver.read("t", after_seq=100, upto_seq=110).events == events[100:110]

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handrail import InMemorySaver
-from handrail.checkpoint.base import PendingFilter, StoredEvent, ThreadFilter, ThreadRecord
+from handrail.checkpoint.base import Append, PendingFilter, StoredEvent, ThreadFilter, ThreadRecord
 from handrail.errors import SerializationError
 
 from _support import resealed
@@ -84,7 +84,7 @@ def test_damaged_event_payloads_load_or_fail_loudly(
     thread_id = f"t-{uuid.uuid4().hex[:8]}"
     damaged = [replace(e, payload=_damage(e.payload, how)) if i == index else e for i, e in enumerate(events)]
     saver = location.shared_saver()
-    saver.append(thread_id, damaged, expected_seq=0, record=replace(record, thread_id=thread_id))
+    saver.append(thread_id, Append(damaged, expected_seq=0, record=replace(record, thread_id=thread_id)))
     assert saver.read(thread_id).events == damaged  # stored exactly as given
 
     agent = build_agent(saver, tmp_path / "tool.log")  # a fresh agent: no cached reading
@@ -102,11 +102,11 @@ def test_an_unknown_event_kind_fails_loudly(
     saver = location.saver()
     damaged = [replace(e, kind="pickled") if e.seq == 2 else e for e in events]
     with pytest.raises(SerializationError, match=r"thread 't', record 2: it does not match its hash"):
-        saver.append("t", damaged, expected_seq=0, record=record)
+        saver.append("t", Append(damaged, expected_seq=0, record=record))
         build_agent(saver, tmp_path / "tool.log").get_state(config("t"))
     # a writer that sealed the unknown kind (rule 18 passes) is still refused (rule 10)
     saver.delete_thread("t")
-    saver.append("t", resealed("t", damaged), expected_seq=0, record=record)
+    saver.append("t", Append(resealed("t", damaged), expected_seq=0, record=record))
     with pytest.raises(
         SerializationError, match=r"thread 't', record 2: unknown event kind 'pickled'"
     ) as caught:

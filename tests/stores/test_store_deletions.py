@@ -4,8 +4,7 @@ A deletion removes the thread and its whole log and, in the same transaction, wr
 record: who deleted it, when, the number and hash of the log's last record (the head hash
 ``verify_audit`` reported), the thread's metadata. The record is there exactly when the
 thread is gone; the audit across threads shows it among the other entries, in time
-order, under the same filters; a damaged record fails loudly, naming itself; and a store
-written before deletions took ``by`` still deletes.
+order, under the same filters; and a damaged record fails loudly, naming itself.
 """
 
 from __future__ import annotations
@@ -17,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _stores import KillingSaver, Location, Store, approve, build_agent, config, start
+from _stores import Location, Store, approve, build_agent, config, start
 from test_store_owners import OWNERS
 from test_store_protocol import ev, grow, keys, review
 
-from handrail import InMemorySaver
-from handrail.checkpoint.base import DeletionRecord, StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Append, DeletionRecord, StoredEvent, ThreadRecord
 from handrail.checkpoint.integrity import GENESIS, seal
 from handrail.errors import ConflictError, InvalidInputError, SerializationError
 
@@ -102,9 +100,9 @@ def test_nobody_named_is_recorded_as_none_and_a_bad_by_is_refused(location: Loca
 # The store protocol -----------------------------------------------------------------------------
 async def test_the_record_names_the_last_record_and_its_seal(store: Store) -> None:
     events, hashes = _sealed("t", 4)
-    await store.append("t", events, expected_seq=0, record=_record("t", 4, {"team": "x"}))
+    await store.append("t", Append(events, expected_seq=0, record=_record("t", 4, {"team": "x"})))
     await grow(store, "plain", 2, metadata={"team": "y"})  # records written without a seal
-    await store.append("empty", [], expected_seq=0, record=_record("empty", 0))
+    await store.append("empty", Append([], expected_seq=0, record=_record("empty", 0)))
 
     assert await store.delete_thread("t", by=OPS) is True
     assert await store.delete_thread("plain") is True
@@ -134,7 +132,7 @@ async def test_the_record_is_there_exactly_when_the_thread_is_gone(store: Store)
     assert keys(await store.list_pending()) == [("keep", "k")]
     assert [d.thread_id for d in await store.list_deletions()] == ["t"]
     # made again and deleted again: one record each time
-    await store.append("t", [ev(1)], expected_seq=0, record=_record("t", 1))
+    await store.append("t", Append([ev(1)], expected_seq=0, record=_record("t", 1)))
     assert await store.delete_thread("t", by="bob") is True
     assert [(d.thread_id, d.by, d.head_seq) for d in await store.list_deletions()] == [
         ("t", "ann", 3),
@@ -229,14 +227,16 @@ def test_a_deletion_racing_appends_records_the_head_it_removed(location: Locatio
     append that got in (its number and hash), and every later one is refused."""
     events, hashes = _sealed("t", 400)
     writer, deleter = location.saver(), location.saver()
-    writer.append("t", events[:1], expected_seq=0, record=_record("t", 1))
+    writer.append("t", Append(events[:1], expected_seq=0, record=_record("t", 1)))
     appended = [1]
     going = threading.Event()
 
     def append_until_refused() -> None:
         for event in events[1:]:
             try:
-                writer.append("t", [event], expected_seq=event.seq - 1, record=_record("t", event.seq))
+                writer.append(
+                    "t", Append([event], expected_seq=event.seq - 1, record=_record("t", event.seq))
+                )
             except ConflictError:
                 return
             appended.append(event.seq)
@@ -337,26 +337,3 @@ def test_the_audit_across_threads_shows_a_deletion_in_time_order(location: Locat
     assert [e.thread_id for e in agent.audit(metadata={"team": "y"})] == ["b", "b", "c", "c"]
     assert [e.thread_id for e in agent.audit(owners=OWNERS["one"])] == ["a", "c", "c"]
     assert [e.thread_id for e in agent.audit(owners=OWNERS["two"])] == ["b", "b"]
-
-
-# A store written before deletions took ``by`` ----------------------------------------------------
-class _OldSaver(InMemorySaver):
-    """A store of before: ``delete_thread`` takes the thread id alone, and keeps no record."""
-
-    def delete_thread(self, thread_id: str) -> bool:  # type: ignore[override]
-        with self._lock:
-            self._events.pop(thread_id, None)
-            return self._records.pop(thread_id, None) is not None
-
-
-@pytest.mark.parametrize("make", [_OldSaver, lambda: KillingSaver(InMemorySaver(), 0, "never")])
-async def test_a_store_that_takes_no_by_still_deletes(tmp_path: Path, make: Any) -> None:
-    saver = make()
-    agent = build_agent(saver, tmp_path / "tool.log")
-    start(agent, "t")
-    start(agent, "u")
-    assert agent.delete_thread("t", by=OPS) is True
-    assert await agent.adelete_thread("u", by=OPS) is True
-    assert saver.get_thread("t") is None and saver.get_thread("u") is None
-    assert agent.delete_thread("t", by=OPS) is False
-    assert [e.event for e in agent.audit()] == []  # it keeps no record, and the audit still reads

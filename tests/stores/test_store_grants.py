@@ -30,6 +30,7 @@ import pytest
 from _stores import Location, Store
 from test_store_protocol import ev, grow, rec
 
+from handrail.checkpoint.base import Append
 from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord, page
 from handrail.errors import ConflictError, GrantSpentError, SerializationError
 
@@ -74,10 +75,12 @@ async def give(store: Store, thread_id: str, *grants: GrantRecord) -> None:
     assert current is not None
     await store.append(
         thread_id,
-        [ev(current.head_seq + 1)],
-        expected_seq=current.head_seq,
-        record=rec(thread_id, current.head_seq + 1),
-        grants=GrantChange(new=grants),
+        Append(
+            [ev(current.head_seq + 1)],
+            expected_seq=current.head_seq,
+            record=rec(thread_id, current.head_seq + 1),
+            grants=GrantChange(new=grants),
+        ),
     )
 
 
@@ -105,7 +108,9 @@ async def test_grants_born_with_an_append_come_back_exactly(store: Store) -> Non
     one = grant("g1", args=odd, args_digest="d" * 64, expires_at=500.25, uses=None)
     two = grant("g2", scope="agent", given_by="bob", given_at=101.0, uses=7, used=2)
     await grow(store, "t", 2)
-    await store.append("t", [ev(3)], expected_seq=2, record=rec("t", 3), grants=GrantChange(new=[one, two]))
+    await store.append(
+        "t", Append([ev(3)], expected_seq=2, record=rec("t", 3), grants=GrantChange(new=[one, two]))
+    )
     assert await listed(store) == [two, one]  # newest first
     assert (await store.get_thread("t")) == rec("t", 3)
     assert [e.seq for e in (await store.read("t")).events] == [1, 2, 3]
@@ -113,8 +118,12 @@ async def test_grants_born_with_an_append_come_back_exactly(store: Store) -> Non
 
 async def test_an_append_without_events_may_carry_grants(store: Store) -> None:
     await grow(store, "t", 1)
-    await store.append("t", [], expected_seq=1, record=rec("t", 1, status="running"), grants=GrantChange())
-    await store.append("t", [], expected_seq=1, record=rec("t", 1), grants=GrantChange(new=[grant("g1")]))
+    await store.append(
+        "t", Append([], expected_seq=1, record=rec("t", 1, status="running"), grants=GrantChange())
+    )
+    await store.append(
+        "t", Append([], expected_seq=1, record=rec("t", 1), grants=GrantChange(new=[grant("g1")]))
+    )
     assert [g.grant_id for g in await listed(store)] == ["g1"]
     assert await store.get_thread("t") == rec("t", 1)
 
@@ -316,7 +325,7 @@ def test_processes_racing_for_the_last_uses_get_exactly_that_many(durable_locati
     """6 processes, each with a saver of its own, race for a grant with 2 uses: 2 win."""
     saver = durable_location.saver()
     saver.append(
-        "t", [ev(1)], expected_seq=0, record=rec("t", 1), grants=GrantChange(new=[grant("g", uses=2)])
+        "t", Append([ev(1)], expected_seq=0, record=rec("t", 1), grants=GrantChange(new=[grant("g", uses=2)]))
     )
     here = str(Path(__file__).parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
@@ -369,10 +378,12 @@ async def test_a_record_no_grant_could_be_is_refused_and_the_append_saves_nothin
     with pytest.raises(ValueError, match=problem):
         await store.append(
             "t",
-            [ev(before.head_seq + 1)],
-            expected_seq=before.head_seq,
-            record=rec("t", before.head_seq + 1),
-            grants=GrantChange(new=[grant("fine"), bad]),
+            Append(
+                [ev(before.head_seq + 1)],
+                expected_seq=before.head_seq,
+                record=rec("t", before.head_seq + 1),
+                grants=GrantChange(new=[grant("fine"), bad]),
+            ),
         )
     assert await store.get_thread("t") == before
     assert (await store.read("t")).events == events
@@ -388,10 +399,12 @@ async def test_an_id_taken_already_is_refused_and_the_append_saves_nothing(store
         with pytest.raises(ValueError, match="exists already"):
             await store.append(
                 "t",
-                [ev(before.head_seq + 1)],
-                expected_seq=before.head_seq,
-                record=rec("t", before.head_seq + 1, status="running"),
-                grants=GrantChange(new=new),
+                Append(
+                    [ev(before.head_seq + 1)],
+                    expected_seq=before.head_seq,
+                    record=rec("t", before.head_seq + 1, status="running"),
+                    grants=GrantChange(new=new),
+                ),
             )
         assert await store.get_thread("t") == before
         assert (await store.read("t")).events == events
@@ -403,7 +416,9 @@ async def test_an_id_taken_already_is_refused_and_the_append_saves_nothing(store
 async def test_a_stale_append_adds_no_grant(store: Store) -> None:
     await grow(store, "t", 2)
     with pytest.raises(ConflictError):
-        await store.append("t", [ev(2)], expected_seq=1, record=rec("t", 2), grants=GrantChange([grant("g")]))
+        await store.append(
+            "t", Append([ev(2)], expected_seq=1, record=rec("t", 2), grants=GrantChange([grant("g")]))
+        )
     assert await listed(store) == []
 
 
@@ -413,13 +428,19 @@ async def test_arguments_that_cannot_be_stored_are_refused_before_anything(store
     await grow(store, "t", 1)
     if store.location.backend == "memory":
         await store.append(
-            "t", [ev(2)], expected_seq=1, record=rec("t", 2), grants=GrantChange([grant("g", args={1, 2})])
+            "t",
+            Append(
+                [ev(2)], expected_seq=1, record=rec("t", 2), grants=GrantChange([grant("g", args={1, 2})])
+            ),
         )
         assert [g.args for g in await listed(store)] == [{1, 2}]
         return
     with pytest.raises(SerializationError, match="arguments of grant"):
         await store.append(
-            "t", [ev(2)], expected_seq=1, record=rec("t", 2), grants=GrantChange([grant("g", args={1, 2})])
+            "t",
+            Append(
+                [ev(2)], expected_seq=1, record=rec("t", 2), grants=GrantChange([grant("g", args={1, 2})])
+            ),
         )
     assert (await store.get_thread("t")) == rec("t", 1)
     assert await listed(store) == []
@@ -484,7 +505,7 @@ def test_a_database_of_the_previous_version_is_upgraded_in_place(durable_locatio
         old = _previous(PostgresSaver).from_conn_string(spec["dsn"], schema=spec["schema"], **options)
     with old:
         versions = [m.version for m in old.schema_migrations()]
-        old.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2, metadata={"team": "x"}))
+        old.append("t", Append([ev(1), ev(2)], expected_seq=0, record=rec("t", 2, metadata={"team": "x"})))
         assert _tables(durable_location, "grants") == 0
     assert versions == list(range(1, 8))
     saver = durable_location.saver()  # opens at the current version: migrates
@@ -493,7 +514,9 @@ def test_a_database_of_the_previous_version_is_upgraded_in_place(durable_locatio
     assert _tables(durable_location, "grants") == 1
     assert saver.get_thread("t") == rec("t", 2, metadata={"team": "x"})
     assert [e.seq for e in saver.read("t").events] == [1, 2]
-    saver.append("t", [ev(3)], expected_seq=2, record=rec("t", 3), grants=GrantChange([grant("g", uses=1)]))
+    saver.append(
+        "t", Append([ev(3)], expected_seq=2, record=rec("t", 3), grants=GrantChange([grant("g", uses=1)]))
+    )
     saver.spend_grants(["g"], thread_id="t", at=150.0)
     assert [(g.grant_id, g.used) for g in saver.list_grants(GrantFilter())] == [("g", 1)]
     durable_location.saver().close()  # opened again: nothing more to do
@@ -558,11 +581,16 @@ def test_a_damaged_grant_row_is_refused_naming_the_grant(durable_location: Locat
     """Every kind of damage this backend's columns can hold, one after another."""
     saver = durable_location.saver()
     cases = _SQLITE_DAMAGE if durable_location.backend == "sqlite" else _POSTGRES_DAMAGE
-    saver.append("t", [ev(1)], expected_seq=0, record=rec("t", 1), grants=GrantChange([grant("fine")]))
+    saver.append(
+        "t", Append([ev(1)], expected_seq=0, record=rec("t", 1), grants=GrantChange([grant("fine")]))
+    )
     for i, (column, value, said) in enumerate(cases):
         hurt = f"hurt{i}"
         saver.append(
-            "t", [ev(i + 2)], expected_seq=i + 1, record=rec("t", i + 2), grants=GrantChange([grant(hurt)])
+            "t",
+            Append(
+                [ev(i + 2)], expected_seq=i + 1, record=rec("t", i + 2), grants=GrantChange([grant(hurt)])
+            ),
         )
         _sql(durable_location, "UPDATE {table} SET " + f"{column} = {value} WHERE grant_id = '{hurt}'")
         for call in (

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handrail import Command, HumanInTheLoopMiddleware, InMemorySaver, ScriptedModel, create_agent, tool
-from handrail.checkpoint.base import StoredEvent, ThreadRecord
+from handrail.checkpoint.base import Append, StoredEvent, ThreadRecord
 from handrail.checkpoint.integrity import unseal
 from handrail.errors import SerializationError
 
@@ -71,7 +71,7 @@ def _store_log(location: Location, events: list[StoredEvent], record: ThreadReco
     thread_id = record.thread_id
     saver = location.shared_saver()
     renumbered = replace(record, head_seq=events[-1].seq if events else 0)
-    saver.append(thread_id, events, expected_seq=0, record=renumbered)
+    saver.append(thread_id, Append(events, expected_seq=0, record=renumbered))
     return saver, thread_id
 
 

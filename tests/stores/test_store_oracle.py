@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from handrail import InMemorySaver
 from handrail.checkpoint.base import (
+    Append,
     PendingFilter,
     PendingReview,
     StoredEvent,
@@ -106,8 +107,8 @@ def test_durable_stores_answer_like_memory(durable_location: Location, data: st.
     try:
         for record in records:
             event = [StoredEvent(1, "input", 1.0, b"{}")]
-            oracle.append(record.thread_id, event, expected_seq=0, record=record)
-            store.append(record.thread_id, event, expected_seq=0, record=record)
+            oracle.append(record.thread_id, Append(event, expected_seq=0, record=record))
+            store.append(record.thread_id, Append(event, expected_seq=0, record=record))
         for record in records:
             assert store.get_thread(record.thread_id) == record
         for _ in range(6):

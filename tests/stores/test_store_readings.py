@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from test_store_protocol import ev, rec
 
 from handrail import Command, InMemorySaver
-from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
+from handrail.checkpoint.base import Append, StoredEvent, ThreadRead, ThreadRecord
 from handrail.errors import ConflictError, SerializationError
 from handrail.runtime import commit
 from handrail.runtime.fold_codec import restore_reading
@@ -36,9 +36,9 @@ def reading(seq: int, payload: bytes = b"state") -> StoredEvent:
 
 # The protocol ---------------------------------------------------------------------------------
 async def test_a_saved_reading_comes_back_with_only_the_events_after_it(store: Store) -> None:
-    await store.append("t", [ev(1), ev(2), ev(3)], expected_seq=0, record=rec("t", 3))
-    await store.append("t", [ev(4), ev(5)], expected_seq=3, record=rec("t", 5), reading=reading(5))
-    await store.append("t", [ev(6)], expected_seq=5, record=rec("t", 6))
+    await store.append("t", Append([ev(1), ev(2), ev(3)], expected_seq=0, record=rec("t", 3)))
+    await store.append("t", Append([ev(4), ev(5)], expected_seq=3, record=rec("t", 5), reading=reading(5)))
+    await store.append("t", Append([ev(6)], expected_seq=5, record=rec("t", 6)))
 
     read = await store.read("t", from_reading=True)
     assert read.reading == reading(5)
@@ -53,42 +53,40 @@ async def test_a_saved_reading_comes_back_with_only_the_events_after_it(store: S
 
 
 async def test_a_later_reading_takes_the_place_of_the_earlier_one(store: Store) -> None:
-    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1), reading=reading(1))
-    await store.append("t", [ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(3, b"new"))
+    await store.append("t", Append([ev(1)], expected_seq=0, record=rec("t", 1), reading=reading(1)))
+    await store.append(
+        "t", Append([ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(3, b"new"))
+    )
     read = await store.read("t", from_reading=True)
     assert read.reading == reading(3, b"new") and read.events == []
 
 
 async def test_a_thread_without_a_reading_is_read_whole(store: Store) -> None:
-    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2))
+    await store.append("t", Append([ev(1), ev(2)], expected_seq=0, record=rec("t", 2)))
     read = await store.read("t", from_reading=True)
     assert read.reading is None and [e.seq for e in read.events] == [1, 2]
     nothing = await store.read("unknown", from_reading=True)
     assert nothing == ThreadRead(record=None, events=[])
 
 
-async def test_a_reading_of_another_event_than_the_new_head_is_refused(store: Store) -> None:
-    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1))
-    with pytest.raises(ValueError, match="must be of the new head"):
-        await store.append("t", [ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(2))
-    read = await store.read("t", from_reading=True)
-    assert read.reading is None and [e.seq for e in read.events] == [1]
-
-
 async def test_a_conflicting_append_saves_no_reading(store: Store) -> None:
-    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2))
+    await store.append("t", Append([ev(1), ev(2)], expected_seq=0, record=rec("t", 2)))
     with pytest.raises(ConflictError):
-        await store.append("t", [ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(3))
+        await store.append(
+            "t", Append([ev(2), ev(3)], expected_seq=1, record=rec("t", 3), reading=reading(3))
+        )
     assert (await store.read("t", from_reading=True)).reading is None
 
 
 async def test_deleting_or_pruning_a_thread_drops_its_reading(store: Store) -> None:
-    await store.append("t", [ev(1), ev(2)], expected_seq=0, record=rec("t", 2), reading=reading(2))
+    await store.append("t", Append([ev(1), ev(2)], expected_seq=0, record=rec("t", 2), reading=reading(2)))
     assert await store.delete_thread("t")
-    await store.append("t", [ev(1)], expected_seq=0, record=rec("t", 1, epoch="e2"))
+    await store.append("t", Append([ev(1)], expected_seq=0, record=rec("t", 1, epoch="e2")))
     assert (await store.read("t", from_reading=True)).reading is None
 
-    await store.append("u", [ev(1), ev(2), ev(3)], expected_seq=0, record=rec("u", 3), reading=reading(3))
+    await store.append(
+        "u", Append([ev(1), ev(2), ev(3)], expected_seq=0, record=rec("u", 3), reading=reading(3))
+    )
     snapshot = StoredEvent(seq=2, kind="snapshot", created_at=2.0, payload=b"{}")
     await store._call("prune", "u", upto_seq=2, snapshot=snapshot, keep_kinds=frozenset())
     read = await store.read("u", from_reading=True)
@@ -257,14 +255,19 @@ def test_a_damaged_reading_fails_loudly_naming_thread_and_event(
         damaged = StoredEvent(seq=head + 1, kind="reading", created_at=1.0, payload=payload)
         saver.append(
             "t",
-            [
-                StoredEvent(
-                    seq=head + 1, kind="step", created_at=1.0, payload=b'{"step":"x","values":null,"next":[]}'
-                )
-            ],
-            expected_seq=head,
-            record=_moved(read.record, head + 1),
-            reading=damaged,
+            Append(
+                [
+                    StoredEvent(
+                        seq=head + 1,
+                        kind="step",
+                        created_at=1.0,
+                        payload=b'{"step":"x","values":null,"next":[]}',
+                    )
+                ],
+                expected_seq=head,
+                record=_moved(read.record, head + 1),
+                reading=damaged,
+            ),
         )
         head += 1
         with pytest.raises(SerializationError, match=rf"thread 't', saved reading at record {head}") as info:
@@ -323,40 +326,6 @@ _EMPTY_STEP = b'{"step":"x","values":null,"next":[]}'
 
 def _moved(record: ThreadRecord, head: int) -> ThreadRecord:
     return dataclasses.replace(record, head_seq=head)
-
-
-class _OldSaver(InMemorySaver):
-    """A store written before saved readings: its append and read take neither keyword."""
-
-    def append(  # type: ignore[override]
-        self,
-        thread_id: str,
-        events: Any,
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-    ) -> None:
-        super().append(
-            thread_id, events, expected_seq=expected_seq, record=record, claim=claim, release=release
-        )
-
-    def read(self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None) -> ThreadRead:  # type: ignore[override]
-        return super().read(thread_id, after_seq=after_seq, upto_seq=upto_seq)
-
-
-async def test_a_store_written_before_saved_readings_still_works(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(commit, "READING_EVERY", 3)
-    saver = _OldSaver()
-    agent = build_agent(saver, tmp_path / "tool.log")
-    interrupt_id = _grow(agent, "t", 3)
-    again = build_agent(saver, tmp_path / "tool.log")
-    await again.ainvoke(approve(interrupt_id), config("t"))
-    state = await again.aget_state(config("t"))
-    assert state.next == () and state.values["messages"][-1].content == "done"
 
 
 def test_time_travel_after_a_saved_reading_reads_the_whole_log(

@@ -19,7 +19,6 @@ from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter
 from handrail.errors import ConfigurationError, InvalidInputError
 from handrail.runtime import inbox, maintenance
 from handrail.runtime.effects import Env
-from handrail.runtime.older_stores import takes
 from handrail.types import AuditEntry, AuditVerification, RunnableConfig
 
 __all__ = ["Maintenance"]
@@ -159,27 +158,24 @@ class Maintenance(AgentCore):
         it as a ``"thread_deleted"`` entry; it is all that is left of the thread. A
         thread that does not exist leaves no record.
 
-        A store written before deletions were recorded (its ``delete_thread`` takes no
-        ``by``) still deletes the thread, and keeps no record of it.
-
         Example::
 
             agent.delete_thread("ticket-17", by={"id": "ops", "roles": ["admin"]})
         """
-        store, extra = self._deleter(thread_id, by, "delete_thread")
-        return store.delete_thread(thread_id, **extra)
+        store, who = self._deleter(thread_id, by)
+        return store.delete_thread(thread_id, by=who)
 
     async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         """Async :meth:`delete_thread`."""
-        store, extra = self._deleter(thread_id, by, "adelete_thread")
-        return await store.adelete_thread(thread_id, **extra)
+        store, who = self._deleter(thread_id, by)
+        return await store.adelete_thread(thread_id, by=who)
 
-    def _deleter(self, thread_id: str, by: Any, method: str) -> tuple[BaseCheckpointSaver, dict[str, Any]]:
-        """The store, and ``by`` for it if it takes one (checked as a reviewer is)."""
+    def _deleter(self, thread_id: str, by: Any) -> tuple[BaseCheckpointSaver, Any]:
+        """The store, and ``by`` checked as a reviewer is."""
         store = self._store_or_raise()
         try:
             who = reviewer_of(by)
         except ConfigurationError as exc:
             raise InvalidInputError(f"by (who deletes the thread): {exc}") from None
         self._spec.cache.drop(thread_id)
-        return store, ({"by": who} if who is not None and takes(type(store), method, "by") else {})
+        return store, who

@@ -9,6 +9,7 @@ and ``AsyncSqliteSaver`` load on first use too: an agent on another store never 
 from typing import TYPE_CHECKING, Any
 
 from handrail.checkpoint.base import (
+    Append,
     BaseCheckpointSaver,
     DeletionRecord,
     PendingFilter,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from handrail.checkpoint.sqlite import SqliteSaver as SqliteSaver
 
 __all__ = [
+    "Append",
     "AsyncSqliteSaver",
     "BaseCheckpointSaver",
     "DeletionRecord",

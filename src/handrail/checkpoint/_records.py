@@ -21,11 +21,11 @@ from handrail.checkpoint.base import (
     ClaimFilter,
     DeletionRecord,
     StoredEvent,
-    ThreadRecord,
     metadata_matches,
 )
 from handrail.checkpoint.seals import MISMATCH, checked_hash, deletion_seal
 from handrail.checkpoint.serde import compact, dumps, loads
+from handrail.checkpoint.stored import STATUSES
 from handrail.errors import ConflictError, SerializationError
 
 __all__ = [
@@ -34,9 +34,7 @@ __all__ = [
     "MAX_TIME",
     "STATUSES",
     "Migration",
-    "check_append",
     "check_name",
-    "check_numbering",
     "check_thread_id",
     "checked_time",
     "column_bytes",
@@ -61,7 +59,6 @@ __all__ = [
     "shown_value",
 ]
 
-STATUSES: frozenset[str] = frozenset({"idle", "running", "interrupted"})
 
 # The ranges a value read back must lie in (SPEC rule 10): outside them it is damage.
 MAX_SEQ = 2**63 - 1
@@ -85,37 +82,6 @@ class Migration:
     description: str
     statements: tuple[str, ...]
     run: Callable[[Any], None] | None = None
-
-
-def check_append(
-    thread_id: str, events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord
-) -> None:
-    """Refuse a malformed append before touching the database."""
-    check_numbering(events, expected_seq, record)
-    if record.status not in STATUSES:
-        raise ValueError(f"thread status must be one of {sorted(STATUSES)}, got {record.status!r}")
-
-
-def check_numbering(events: Sequence[StoredEvent], expected_seq: int, record: ThreadRecord) -> None:
-    """Refuse events not numbered on from ``expected_seq`` without gaps, or a record whose head
-    is not the last of them (every store, the in-memory one too)."""
-    for offset, event in enumerate(events, start=1):
-        if event.seq != expected_seq + offset:
-            raise ValueError(
-                f"events must be numbered from {expected_seq + 1} without gaps, "
-                f"got {event.seq} at position {offset}"
-            )
-    if record.head_seq != expected_seq + len(events):
-        raise ValueError("the thread record's head_seq must be the last event's seq")
-
-
-def check_reading(reading: StoredEvent | None, record: ThreadRecord) -> None:
-    """Refuse a saved reading that is not of the new head."""
-    if reading is not None and reading.seq != record.head_seq:
-        raise ValueError(
-            f"a saved reading must be of the new head (event {record.head_seq}), "
-            f"got one of event {reading.seq}"
-        )
 
 
 def conflict(thread_id: str, expected_seq: int, head: int | None) -> ConflictError:

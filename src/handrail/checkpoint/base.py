@@ -7,20 +7,15 @@ what the events mean.
 
 The whole protocol:
 
-``append(thread_id, events, expected_seq=, record=, claim=, release=, durable=True, reading=None)``
-    Add events ``expected_seq + 1 ...`` and replace the thread record, atomically. If
-    the thread's head is not ``expected_seq``, or (for ``expected_seq > 0``) its stored
-    epoch is not ``record.epoch``, another writer got there first: raise
-    :class:`~handrail.errors.ConflictError` and save nothing (SPEC rule 8). ``claim`` and
-    ``release`` mark a run alive or finished in the same transaction, so a run's
-    liveness costs no commit of its own. With ``durable=False`` the append must still be
-    committed - visible to every reader and kept if the *process* dies - but the store
-    need not wait for it to reach the disk (no fsync); the next durable append makes it
-    durable too, since a store's log is written in order. The runtime asks for a durable
-    append before a tool may act and at the end of a run; see ``runtime/commit.py``.
-    ``reading``, now and then at the end of a run, is the whole state at the new head
-    (an opaque payload, ``reading.seq`` = the new head): keep it in place of the
-    thread's previous one, in the same transaction.
+``append(thread_id, change)``
+    Save one :class:`Append` atomically: add its events ``expected_seq + 1 ...`` and
+    replace the thread record. If the thread's head is not ``expected_seq``, or (for
+    ``expected_seq > 0``) its stored epoch is not ``record.epoch``, another writer got
+    there first: raise :class:`~handrail.errors.ConflictError` and save nothing (SPEC
+    rule 8). What else rides on an append (a run's claim and release, durability, a
+    saved reading, the feed's notices, the queue, grants) is documented on
+    :class:`Append`, field by field; the runtime asks for a durable append before a
+    tool may act and at the end of a run (``runtime/commit.py``).
 ``read(thread_id, after_seq=0, upto_seq=None, from_reading=False)``
     The thread record and the events in ``(after_seq, upto_seq]``, read at one instant.
     With ``from_reading`` (and no range): the thread's saved reading as well, if it
@@ -32,8 +27,6 @@ The whole protocol:
     Deleting a thread removes it and its log and, in the same transaction, leaves a
     :class:`DeletionRecord`: who (``by``), when, the number and hash of the log's last
     record, the thread's metadata (SPEC rule 21). The audit across threads lists them.
-    Stores written before may take no ``by`` and keep no records; the runtime passes
-    ``by`` only to stores that take it, and the default ``list_deletions`` lists none.
 ``repair_thread(thread_id, derive, dry_run=False)``
     Rebuild the rows derived from a thread's log - its row, its pending reviews, their
     index rows - where they are damaged (``checkpoint/seals.py``): ``derive`` turns the
@@ -45,7 +38,7 @@ The whole protocol:
 ``claim_run``, ``release_run``, ``runs_alive``
     Which runs are alive, so a tool call left unfinished by a dead run can be told
     apart from one still running (SPEC rule 9).
-``append(..., notices=, queue=)``, ``read_feed``, ``feed_end``, ``claim_queued``
+``Append.notices``, ``Append.queue``, ``read_feed``, ``feed_end``, ``claim_queued``
     What the review service and its workers read (``handrail.worker``). ``notices`` are
     rows of the store's *feed*, written in the append's transaction, so that a review
     asked or answered through any process or channel is seen by every reader, once,
@@ -53,8 +46,10 @@ The whole protocol:
     thread *queued*: an answer was recorded and nobody runs it yet. ``claim_queued``
     hands one queued thread - or one whose claimed run died - to one caller, as a run
     claimed for it, skipping threads with a live run: exactly one worker runs each.
-    Stores written before these may lack them; the runtime passes ``notices`` and
-    ``queue`` only to stores that take them, and the defaults here refuse to read.
+    They are optional: a store without a feed or a queue keeps the defaults here, which
+    refuse to read.
+
+Every store takes every keyword of every method (the runtime calls them all).
 
 Each method has an async twin with an ``a`` prefix. The defaults here run the sync
 method in a worker thread (``_blocking``); stores with a native async driver override
@@ -76,10 +71,11 @@ from handrail.checkpoint.filters import (
     ThreadStatus,
     metadata_matches,
 )
-from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord
+from handrail.checkpoint.grants import GrantFilter, GrantRecord
 from handrail.checkpoint.stored import (
     NOTICE_KINDS,
     QUEUED_RUN,
+    Append,
     DeletionRecord,
     Derived,
     FeedEntry,
@@ -94,6 +90,7 @@ from handrail.checkpoint.stored import (
 __all__ = [
     "NOTICE_KINDS",
     "QUEUED_RUN",
+    "Append",
     "BaseCheckpointSaver",
     "ClaimFilter",
     "DeletionRecord",
@@ -120,34 +117,12 @@ class BaseCheckpointSaver(ABC):
 
     # Sync -------------------------------------------------------------------
     @abstractmethod
-    def append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> None:
-        """Append ``events`` (numbered from ``expected_seq + 1``) and replace the record.
+    def append(self, thread_id: str, change: Append) -> None:
+        """Save ``change`` (see :class:`Append`): add its events and replace the record, atomically.
 
-        With ``claim``/``release``, also do what :meth:`claim_run`/:meth:`release_run` do
-        for that run id, in the same transaction. ``durable=False``: commit without
-        waiting for the disk (the commit survives the process, not a power cut, until
-        the next durable append); a store without such a mode ignores it. ``reading``:
-        the thread's state at the new head, kept in place of its previous saved reading
-        (``reading.seq`` must be the new head: ``ValueError`` otherwise). ``notices``:
-        rows for the feed (:meth:`read_feed`); ``queue``: leave the thread queued for
-        :meth:`claim_queued` (any claim of a run on the thread takes it off the queue).
-        ``grants``: grants born with these events (``checkpoint/grants.py``), added in
-        the same transaction.
-        An append returns once the store has committed it or raised: never sooner.
+        Refuse a stale ``change.expected_seq`` or epoch with
+        :class:`~handrail.errors.ConflictError`, saving nothing. An append returns once the
+        store has committed it or raised: never sooner.
         """
 
     @abstractmethod
@@ -220,8 +195,8 @@ class BaseCheckpointSaver(ABC):
         ``since``/``until`` (epoch seconds, both included) bound their times;
         ``owners`` and ``metadata`` (a subset match) test the deleted thread's metadata,
         as :class:`ThreadFilter` tests a live thread's. A damaged record raises
-        :class:`~handrail.errors.SerializationError` naming it. A store written before
-        deletions were recorded keeps none: this default lists none.
+        :class:`~handrail.errors.SerializationError` naming it. This default (a store
+        that keeps no records of deletions) lists none.
         """
         return []
 
@@ -239,8 +214,8 @@ class BaseCheckpointSaver(ABC):
         another head is not rebuilt from it: ``SerializationError``. Returns one line per
         change (an empty list: nothing was damaged). A thread without a log and without
         a row: nothing. With ``dry_run``, nothing is written: the lines say what a repair
-        would change (``handrail audit verify`` reports them). Stores written before this
-        method refuse it.
+        would change (``handrail audit verify`` reports them). An optional capability:
+        this default refuses it.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot rebuild a thread's rows")
 
@@ -310,42 +285,16 @@ class BaseCheckpointSaver(ABC):
 
         return await asyncio.to_thread(call)
 
-    async def aappend(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> None:
+    async def aappend(self, thread_id: str, change: Append) -> None:
         """Async :meth:`append`."""
-        extra = later_keywords(durable=durable, reading=reading, notices=notices, queue=queue, grants=grants)
-        await self._blocking(
-            lambda: self.append(
-                thread_id,
-                events,
-                expected_seq=expected_seq,
-                record=record,
-                claim=claim,
-                release=release,
-                **extra,
-            )
-        )
+        await self._blocking(lambda: self.append(thread_id, change))
 
     async def aread(
         self, thread_id: str, *, after_seq: int = 0, upto_seq: int | None = None, from_reading: bool = False
     ) -> ThreadRead:
         """Async :meth:`read`."""
-        extra = later_keywords(from_reading=from_reading)
         return await self._blocking(
-            lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, **extra)
+            lambda: self.read(thread_id, after_seq=after_seq, upto_seq=upto_seq, from_reading=from_reading)
         )
 
     async def aget_thread(self, thread_id: str) -> ThreadRecord | None:
@@ -376,8 +325,7 @@ class BaseCheckpointSaver(ABC):
 
     async def adelete_thread(self, thread_id: str, *, by: Any = None) -> bool:
         """Async :meth:`delete_thread`."""
-        extra = later_keywords(by=by)
-        return await self._blocking(lambda: self.delete_thread(thread_id, **extra))
+        return await self._blocking(lambda: self.delete_thread(thread_id, by=by))
 
     async def alist_deletions(
         self,
@@ -444,37 +392,6 @@ class BaseCheckpointSaver(ABC):
     ) -> str | None:
         """Async :meth:`claim_queued`."""
         return await self._blocking(lambda: self.claim_queued(run_id, filter=filter, thread_id=thread_id))
-
-
-def later_keywords(
-    *,
-    durable: bool = True,
-    reading: StoredEvent | None = None,
-    from_reading: bool = False,
-    notices: Sequence[Notice] = (),
-    queue: bool = False,
-    by: Any = None,
-    grants: GrantChange | None = None,
-) -> dict[str, Any]:
-    """The keywords added to the protocol after the first stores, only where they differ
-    from their defaults: an async twin that hands its call to a subclass's sync method,
-    which may predate them, passes ``**later_keywords(...)``."""
-    extra: dict[str, Any] = {}
-    if by is not None:
-        extra["by"] = by
-    if not durable:
-        extra["durable"] = False
-    if reading is not None:
-        extra["reading"] = reading
-    if from_reading:
-        extra["from_reading"] = True
-    if notices:
-        extra["notices"] = notices
-    if queue:
-        extra["queue"] = True
-    if grants is not None:
-        extra["grants"] = grants
-    return extra
 
 
 def feed_position(after: str | None) -> int:

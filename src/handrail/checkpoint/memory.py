@@ -26,8 +26,6 @@ from handrail.checkpoint._kept import (
     seal_of,
 )
 from handrail.checkpoint._records import (
-    check_numbering,
-    check_reading,
     deletion_passes,
     deletion_time,
     encode_by,
@@ -37,12 +35,12 @@ from handrail.checkpoint._repair import ORPHAN, plan, without_log
 from handrail.checkpoint._signal import QueueSignal
 from handrail.checkpoint.base import (
     QUEUED_RUN,
+    Append,
     BaseCheckpointSaver,
     ClaimFilter,
     DeletionRecord,
     Derived,
     FeedEntry,
-    Notice,
     PendingFilter,
     PendingItem,
     StoredEvent,
@@ -52,7 +50,7 @@ from handrail.checkpoint.base import (
     feed_position,
     metadata_matches,
 )
-from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord, apply_change, page, spent
+from handrail.checkpoint.grants import GrantFilter, GrantRecord, apply_change, page, spent
 from handrail.checkpoint.integrity import sealed_hash
 from handrail.checkpoint.seals import head_after
 from handrail.checkpoint.serde import loads
@@ -90,21 +88,8 @@ class InMemorySaver(BaseCheckpointSaver):
         self._deletions: list[tuple[DeletionRecord, bytes]] = []
         self._grants: dict[str, GrantRecord] = {}  # by id (``checkpoint/grants.py``)
 
-    def append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> None:
+    def append(self, thread_id: str, change: Append) -> None:
+        record, expected_seq, events = change.record, change.expected_seq, change.events
         metadata = encode_metadata(record.metadata, thread_id)  # refused before anything changes
         with self._lock:
             current = self._records.get(thread_id)
@@ -119,33 +104,31 @@ class InMemorySaver(BaseCheckpointSaver):
                     f"thread {thread_id!r} was deleted and started again since it was read",
                     thread_id=thread_id,
                 )
-            check_numbering(events, expected_seq, record)
-            check_reading(reading, record)
             # grants born with these events: a bad one is refused before anything changes
-            kept_grants = apply_change(self._grants, grants) if grants is not None else None
+            kept_grants = apply_change(self._grants, change.grants) if change.grants is not None else None
             head_hash = head_after(events, current.head_hash if current else None)
             kept = kept_record(record, head_hash)
             self._events.setdefault(thread_id, []).extend(events)
             self._records[thread_id] = kept
             self._seals[thread_id] = seal_of(kept, metadata)
-            if reading is not None:
-                self._readings[thread_id] = reading
+            if change.reading is not None:
+                self._readings[thread_id] = change.reading
             if kept_grants is not None:
                 self._grants = kept_grants
-            if claim is not None:
-                self._runs.setdefault(thread_id, set()).add(claim)
+            if change.claim is not None:
+                self._runs.setdefault(thread_id, set()).add(change.claim)
                 self._queued.pop(thread_id, None)
-            if release is not None:
-                self._release(thread_id, release)
-            if queue:
+            if change.release is not None:
+                self._release(thread_id, change.release)
+            if change.queue:
                 self._queued.setdefault(thread_id, time.time())
-            for notice in notices:
+            for notice in change.notices:
                 at = time.time()
                 self._feed.append(
                     FeedEntry(str(self._feed_next), thread_id, record.head_seq, notice.kind, at, notice.data)
                 )
                 self._feed_next += 1
-        if queue:
+        if change.queue:
             self._signal.notify()
 
     def read(

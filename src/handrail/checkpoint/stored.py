@@ -3,7 +3,8 @@
 Per thread, a store keeps a log of :class:`StoredEvent` (serialised events, numbered 1,
 2, 3, ...) and one small :class:`ThreadRecord` (head, status, epoch, times, metadata,
 the :class:`PendingReview` list), written in the same transaction as the events
-(:class:`ThreadRead` is both, read at one instant). Across threads it gives the inbox's
+(:class:`ThreadRead` is both, read at one instant); an append hands them over as one
+:class:`Append`. Across threads it gives the inbox's
 :class:`PendingItem` and the feed's :class:`FeedEntry` (each written as a
 :class:`Notice` with an append); a deletion leaves a :class:`DeletionRecord`. A repair
 derives the rows from the log (:class:`Derived`). The protocol that takes and gives them
@@ -12,15 +13,18 @@ is :class:`~handrail.checkpoint.base.BaseCheckpointSaver`, which re-exports them
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from handrail.checkpoint.filters import ThreadStatus
+from handrail.checkpoint.grants import GrantChange
 
 __all__ = [
     "NOTICE_KINDS",
     "QUEUED_RUN",
+    "STATUSES",
+    "Append",
     "DeletionRecord",
     "Derived",
     "FeedEntry",
@@ -92,6 +96,10 @@ class ThreadRead:
     reading: StoredEvent | None = None  # with ``from_reading``: the saved reading the events follow
 
 
+STATUSES: frozenset[str] = frozenset(get_args(ThreadStatus))
+"""The statuses a thread record may have."""
+
+
 NOTICE_KINDS = frozenset(
     {"review.requested", "review.approved", "review.decided", "review.expired", "run.finished"}
 )
@@ -110,6 +118,80 @@ class Notice:
 
     kind: str
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One append to a thread: what a store's ``append(thread_id, change)`` saves, atomically.
+
+    Built once per append by the runtime's write path, so it only checks what no store
+    could accept anyway (``ValueError`` on construction, the same for every store): the
+    events numbered on from ``expected_seq`` without gaps, ``record.head_seq`` the last
+    of them, ``record.status`` one of :data:`STATUSES`, and ``reading`` (if any) of the
+    new head. Whether the thread is still at ``expected_seq`` is the store's to check.
+
+    ``events``
+        The events to add, numbered ``expected_seq + 1 ...`` (none: only replace the record).
+    ``expected_seq``
+        The head the writer read. If the thread's head is not ``expected_seq``, or (for
+        ``expected_seq > 0``) its stored epoch is not ``record.epoch``, another writer got
+        there first: the store raises :class:`~handrail.errors.ConflictError` and saves
+        nothing (SPEC rule 8).
+    ``record``
+        The thread record, in place of the thread's previous one.
+    ``claim``, ``release``
+        A run id to mark alive or finished, as ``claim_run``/``release_run`` do, in the
+        same transaction: a run's liveness costs no commit of its own. Any claim of a
+        run on the thread takes it off the queue.
+    ``durable``
+        False: the append must still be committed - visible to every reader and kept if
+        the *process* dies - but the store need not wait for it to reach the disk (no
+        fsync); the next durable append makes it durable too, since a store's log is
+        written in order. A store without such a mode ignores it. The runtime asks for a
+        durable append before a tool may act and at the end of a run (``runtime/commit.py``).
+    ``reading``
+        The whole state at the new head (an opaque payload, ``reading.seq`` = the new
+        head): kept in place of the thread's previous saved reading, in the same
+        transaction.
+    ``notices``
+        Rows of the store's feed (``read_feed``), written in the same transaction.
+    ``queue``
+        Leave the thread queued for ``claim_queued``: an answer was recorded and nobody
+        runs it yet.
+    ``grants``
+        Grants born with these events (``checkpoint/grants.py``), added in the same
+        transaction.
+    """
+
+    events: Sequence[StoredEvent]
+    expected_seq: int
+    record: ThreadRecord
+    claim: str | None = None
+    release: str | None = None
+    durable: bool = True
+    reading: StoredEvent | None = None
+    notices: Sequence[Notice] = ()
+    queue: bool = False
+    grants: GrantChange | None = None
+
+    def __post_init__(self) -> None:
+        expected, record = self.expected_seq, self.record
+        for offset, event in enumerate(self.events, start=1):
+            if event.seq != expected + offset:
+                raise ValueError(
+                    f"events must be numbered from {expected + 1} without gaps, "
+                    f"got {event.seq} at position {offset}"
+                )
+        if record.head_seq != expected + len(self.events):
+            raise ValueError("the thread record's head_seq must be the last event's seq")
+        if record.status not in STATUSES:
+            raise ValueError(f"thread status must be one of {sorted(STATUSES)}, got {record.status!r}")
+        reading = self.reading
+        if reading is not None and reading.seq != record.head_seq:
+            raise ValueError(
+                f"a saved reading must be of the new head (event {record.head_seq}), "
+                f"got one of event {reading.seq}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

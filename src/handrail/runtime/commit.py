@@ -61,9 +61,6 @@ costs about as much to write as the thread has messages, so the interval grows w
 and the writes cost the same per event (about 1 µs) whatever the thread's length; a
 cold load costs about a reading's decoding plus that many events, small threads
 included.
-
-A store written before some of these keywords (``durable``, ``reading``, ``notices``,
-``queue``) gets only those it takes (``older_stores.py``).
 """
 
 from __future__ import annotations
@@ -72,10 +69,9 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any
 
 from handrail.checkpoint.base import (
-    BaseCheckpointSaver,
+    Append,
     PendingReview,
     StoredEvent,
     ThreadRecord,
@@ -96,7 +92,6 @@ from handrail.runtime.events import (
 from handrail.runtime.fold import ThreadFold
 from handrail.runtime.fold_codec import saved_reading
 from handrail.runtime.notices import notices_of
-from handrail.runtime.older_stores import takes
 from handrail.runtime.pending import InterruptRecord
 from handrail.runtime.rebase import rebase
 
@@ -118,8 +113,6 @@ _DURABLE_KINDS = frozenset({"tools_planned", "resume", "approval"})  # calls abo
 _REBASES = 3  # how often an append refused for another writer's answers is put after them (rule 3)
 READING_EVERY = 400  # rule 8
 READING_MIN = 64
-_NO_ARGS: dict[str, Any] = {}
-_RELAXED: dict[str, Any] = {"durable": False}
 _WITH_MESSAGES = frozenset({"input", "step", "update", "tool_finished"})  # events that may add messages
 
 
@@ -208,43 +201,41 @@ class Persist(Effect):
         acted = claim is not None and any(e.kind != "input" for e in events if e.kind in _CLAIMING)
         return self.durable or self.release or acted or any(e.kind in _DURABLE_KINDS for e in events)
 
-    def _append_args(
-        self, env: Env, method: str
-    ) -> tuple[list[Event], list[StoredEvent], dict[str, Any]] | None:
-        """What to hand the store's ``append``/``aappend``, or None: nothing to write."""
+    def _prepared(self, env: Env) -> tuple[list[Event], Append] | None:
+        """The events to write and the append to hand the store, or None: nothing to write."""
         taken = self._take(env)
         if taken is None:
             return None
         events, stored, expected = taken
-        return events, stored, self._kwargs(env, events, expected, method)
+        return events, self._change(env, events, stored, expected)
 
-    def _kwargs(self, env: Env, events: list[Event], expected: int, method: str) -> dict[str, Any]:
-        """The keywords of the append of ``events`` after event ``expected``."""
+    def _change(self, env: Env, events: list[Event], stored: list[StoredEvent], expected: int) -> Append:
+        """The append of ``events`` (``stored``: their rows) after event ``expected``."""
         claim, release = self._liveness(env, events)
         durable = self._durable(events, claim)
-        kwargs = {
-            "expected_seq": expected,
-            "record": self._record(env, durable),
-            "claim": claim,
-            "release": release,
-            **_relaxed(env.store, durable, method),
-        }
-        change = _grant_change(env, events)
-        if change is not None:
-            kwargs["grants"] = change  # rule 16: born with the answer that gives them
-        if takes(type(env.store), method, "notices"):
-            notices = notices_of(env, events, kwargs["record"], last=self.release, failed=self.failed)
-            if notices:
-                kwargs["notices"] = notices
-            if self.queue:
-                kwargs["queue"] = True
-        if self.release and env.fold is not None and _reading_due(env.fold, env.store, method):
-            try:
-                kwargs["reading"] = saved_reading(env.fold)
-            except BaseException:
-                env.broken = True  # the buffer is already taken: stop here
-                raise
-        return kwargs
+        record = self._record(env, durable)
+        grants = _grant_change(env, events)  # rule 16: born with the answer that gives them
+        notices = notices_of(env, events, record, last=self.release, failed=self.failed)
+        fold = env.fold
+        try:
+            reading = (
+                saved_reading(fold) if self.release and fold is not None and _reading_due(fold) else None
+            )
+            return Append(
+                stored,
+                expected_seq=expected,
+                record=record,
+                claim=claim,
+                release=release,
+                durable=durable,
+                reading=reading,
+                notices=notices,
+                queue=self.queue,
+                grants=grants,
+            )
+        except BaseException:
+            env.broken = True  # the buffer is already taken: stop here
+            raise
 
     def _failed(self, env: Env, events: list[Event], exc: BaseException) -> BaseException:
         """The run cannot go on after a failed append; a conflict is told in the run's terms."""
@@ -252,44 +243,43 @@ class Persist(Effect):
         env.conflicted = isinstance(exc, ConflictError)
         return self._conflict(env, events, exc) if isinstance(exc, ConflictError) else exc
 
-    def _appended(self, env: Env, kwargs: dict[str, Any]) -> None:
+    def _appended(self, env: Env, change: Append) -> None:
         env.appends += 1
         if env.appends == 1:
             saved = _ON_FIRST_SAVE.get()
             if saved is not None:
                 saved()
-        env.last_record = kwargs["record"]
-        reading = kwargs.get("reading")
-        if reading is not None and env.fold is not None:
-            env.fold.reading_seq = reading.seq
-        if kwargs["claim"] is not None:
+        env.last_record = change.record
+        if change.reading is not None and env.fold is not None:
+            env.fold.reading_seq = change.reading.seq
+        if change.claim is not None:
             env.claimed = True
-        if kwargs["release"] is not None:
+        if change.release is not None:
             env.claimed = False
 
     def run_sync(self, env: Env) -> None:
-        prepared = self._append_args(env, "append")
+        prepared = self._prepared(env)
         if prepared is None:
             return
-        events, stored, kwargs = prepared
+        events, change = prepared
         for attempt in range(_REBASES + 1):
             try:
-                env.store.append(env.thread_id, stored, **kwargs)
+                env.store.append(env.thread_id, change)
                 break
             except ConflictError as exc:
-                moved = drive_sync(self._rebased(env, events, kwargs), env) if attempt < _REBASES else None
+                moved = drive_sync(self._rebased(env, events, change), env) if attempt < _REBASES else None
                 if moved is None:
                     raise self._failed(env, events, exc) from None
-                stored, kwargs = moved[0], self._kwargs(env, events, moved[1], "append")
+                change = self._change(env, events, *moved)
             except BaseException as exc:
                 error = self._failed(env, events, exc)
                 if error is exc:
                     raise
                 raise error from None
-        self._appended(env, kwargs)
+        self._appended(env, change)
 
-    def _rebased(self, env: Env, events: list[Event], kwargs: dict[str, Any]) -> Gen:
-        return rebase(env, events, kwargs["expected_seq"])
+    def _rebased(self, env: Env, events: list[Event], change: Append) -> Gen:
+        return rebase(env, events, change.expected_seq)
 
     async def run_async(self, env: Env) -> None:
         if env.lock is None:  # one coroutine drives the run: nothing to serialise
@@ -299,26 +289,26 @@ class Persist(Effect):
             await self._write_async(env)
 
     async def _write_async(self, env: Env) -> None:
-        prepared = self._append_args(env, "aappend")
+        prepared = self._prepared(env)
         if prepared is None:
             return
-        events, stored, kwargs = prepared
+        events, change = prepared
         for attempt in range(_REBASES + 1):
             try:
-                await env.store.aappend(env.thread_id, stored, **kwargs)
+                await env.store.aappend(env.thread_id, change)
                 break
             except ConflictError as exc:
-                rebase = self._rebased(env, events, kwargs)
+                rebase = self._rebased(env, events, change)
                 moved = await drive_async(rebase, env) if attempt < _REBASES else None
                 if moved is None:
                     raise self._failed(env, events, exc) from None
-                stored, kwargs = moved[0], self._kwargs(env, events, moved[1], "aappend")
+                change = self._change(env, events, *moved)
             except BaseException as exc:
                 error = self._failed(env, events, exc)
                 if error is exc:
                     raise
                 raise error from None
-        self._appended(env, kwargs)
+        self._appended(env, change)
 
 
 _ON_FIRST_SAVE: ContextVar[Callable[[], None] | None] = ContextVar("handrail_on_first_save", default=None)
@@ -347,16 +337,9 @@ def flush(*, last: bool = False, failed: bool = False) -> Persist:
     return Persist([], flush=True, release=last, failed=failed)
 
 
-def _relaxed(store: BaseCheckpointSaver, durable: bool, method: str) -> dict[str, Any]:
-    """The keyword to pass for a commit that need not wait for the disk, if the store takes it."""
-    if durable or not takes(type(store), method, "durable"):
-        return _NO_ARGS
-    return _RELAXED
-
-
-def _reading_due(fold: ThreadFold, store: BaseCheckpointSaver, method: str) -> bool:
+def _reading_due(fold: ThreadFold) -> bool:
     interval = min(READING_EVERY, max(READING_MIN, 2 * len(fold.values.get("messages") or ())))
-    return fold.head_seq - fold.reading_seq >= interval and takes(type(store), method, "reading")
+    return fold.head_seq - fold.reading_seq >= interval
 
 
 def buffer(env: Env, events: list[Event]) -> None:

@@ -2,8 +2,8 @@
 
 A thread is read once per run: only the events after a recent reading kept in the
 agent's cache, or else the thread's *saved reading* (the state a run's last append
-keeps every ``READING_EVERY`` events) and the events after it, or, for a store without
-saved readings, the whole log. SPEC §6: the cost of a resume does not grow with the
+keeps every ``READING_EVERY`` events) and the events after it, or, for a thread without
+one, the whole log. SPEC §6: the cost of a resume does not grow with the
 number of past checkpoints, in this process or in a new one.
 
 Whichever way a thread is read to its end, its row's head must be where the log ends
@@ -26,7 +26,6 @@ from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
 from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.fold_codec import from_snapshot, restore_reading
-from handrail.runtime.older_stores import takes
 from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
@@ -76,7 +75,7 @@ def load(
                 return fold
             # the row is not at the head this reading reached: read the whole log, which says why
     read = None
-    if upto_seq is None and _reads_saved_readings(env):
+    if upto_seq is None:
         # A new process: start from the thread's saved reading, if it has one, and fold
         # only the events after it (SPEC §6: not every past checkpoint again).
         read = yield StoreCall("read", (thread_id,), {"from_reading": True})
@@ -200,10 +199,6 @@ def _simply_follow(events: list[StoredEvent]) -> bool:
     """Whether events can be applied to an earlier reading one by one (no ``branch`` or
     ``snapshot``, which are read against the older log)."""
     return all(e.kind not in ("branch", "snapshot") for e in events)
-
-
-def _reads_saved_readings(env: Env) -> bool:
-    return takes(type(env.store), "aread", "from_reading")  # the sync read too
 
 
 def fold_events(spec: AgentSpec, thread_id: str, events: list[Event]) -> ThreadFold:

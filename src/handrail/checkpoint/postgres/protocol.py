@@ -17,13 +17,12 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from handrail.checkpoint._grant_rows import checked_change, checked_spend, revoked_by, revoked_time
-from handrail.checkpoint._records import check_append, check_reading
 from handrail.checkpoint.base import (
+    Append,
     ClaimFilter,
     DeletionRecord,
     Derived,
     FeedEntry,
-    Notice,
     PendingFilter,
     PendingItem,
     StoredEvent,
@@ -31,7 +30,7 @@ from handrail.checkpoint.base import (
     ThreadRead,
     ThreadRecord,
 )
-from handrail.checkpoint.grants import GrantChange, GrantFilter, GrantRecord
+from handrail.checkpoint.grants import GrantFilter, GrantRecord
 from handrail.checkpoint.postgres.core import PostgresCore
 from handrail.checkpoint.postgres.drivers import Step
 from handrail.checkpoint.postgres.grants import spend_flow
@@ -79,39 +78,24 @@ def awaiting(
 class PostgresProtocol(PostgresCore):
     """The store protocol's methods (see ``base.py``), each a step and its sync method."""
 
-    def _append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> Step[None]:
+    def _append(self, thread_id: str, change: Append) -> Step[None]:
         """Append events (see the store protocol); returns once the server has committed them."""
-        check_append(thread_id, events, expected_seq, record)
-        check_reading(reading, record)
-        added = checked_change(grants)  # refused before anything is written
+        claim, release = change.claim, change.release
+        added = checked_change(change.grants)  # refused before anything is written
         released = self._forget_claim(thread_id, release)
         flow = append_flow(
             self._queries,
             self._cleared,
             thread_id,
-            events,
-            expected_seq,
-            record,
+            change.events,
+            change.expected_seq,
+            change.record,
             claim=claim,
             release=release,
-            durable=durable,
-            reading=reading,
-            notices=notices,
-            queue=queue,
+            durable=change.durable,
+            reading=change.reading,
+            notices=change.notices,
+            queue=change.queue,
             grants=added,
         )
         try:

@@ -16,20 +16,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from handrail.checkpoint._grant_rows import checked_change
-from handrail.checkpoint._records import (
-    check_append,
-    check_reading,
-    conflict,
-    damaged,
-    encode_metadata,
-    epoch_conflict,
-)
-from handrail.checkpoint.base import Notice, StoredEvent, ThreadRecord
-from handrail.checkpoint.grants import GrantChange
+from handrail.checkpoint._records import conflict, damaged, encode_metadata, epoch_conflict
+from handrail.checkpoint.base import Append, StoredEvent
 from handrail.checkpoint.seals import head_after
 from handrail.checkpoint.sqlite._connections import fetch_all
 from handrail.checkpoint.sqlite._feed import _Feed, write_feed
@@ -56,24 +47,8 @@ class _Writes(_Feed):
         self._leading = False
         self._known = _Known()  # each thread's row as this saver left it: see _Known
 
-    def append(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> None:
-        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
-        write.notices, write.queue = notices, queue
-        write.grant_rows = checked_change(grants)  # refused before anything is written
+    def append(self, thread_id: str, change: Append) -> None:
+        write = self._write_of(thread_id, change)
         released = self._forget_release(write)
         try:
             self._commit_together(write)
@@ -82,21 +57,7 @@ class _Writes(_Feed):
             raise
         self._claimed_after(write)
 
-    async def aappend(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        *,
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None = None,
-        release: str | None = None,
-        durable: bool = True,
-        reading: StoredEvent | None = None,
-        notices: Sequence[Notice] = (),
-        queue: bool = False,
-        grants: GrantChange | None = None,
-    ) -> None:
+    async def aappend(self, thread_id: str, change: Append) -> None:
         """Queue the append for the group commit and wait for it without a thread of its own.
 
         One worker thread leads while appends keep coming, so concurrent runs share
@@ -105,9 +66,7 @@ class _Writes(_Feed):
         """
         import asyncio
 
-        write = self._write_of(thread_id, events, expected_seq, record, claim, release, durable, reading)
-        write.notices, write.queue = notices, queue
-        write.grant_rows = checked_change(grants)  # refused before anything is written
+        write = self._write_of(thread_id, change)
         loop = asyncio.get_running_loop()
         write.loop, write.future = loop, loop.create_future()
         released = self._forget_release(write)
@@ -124,29 +83,22 @@ class _Writes(_Feed):
             raise
         self._claimed_after(write)
 
-    def _write_of(
-        self,
-        thread_id: str,
-        events: Sequence[StoredEvent],
-        expected_seq: int,
-        record: ThreadRecord,
-        claim: str | None,
-        release: str | None,
-        durable: bool,
-        reading: StoredEvent | None = None,
-    ) -> _Write:
-        check_append(thread_id, events, expected_seq, record)
-        check_reading(reading, record)
+    def _write_of(self, thread_id: str, change: Append) -> _Write:
+        """The append as the group commit holds it: its rows made, before any transaction."""
+        record, events = change.record, change.events
         write = _Write(
             thread_id=thread_id,
             event_rows=[(thread_id, e.seq, e.kind, e.created_at, e.payload) for e in events],
-            expected_seq=expected_seq,
+            expected_seq=change.expected_seq,
             record=record,
             metadata=encode_metadata(record.metadata, thread_id),
-            claim=claim,
-            release=release,
-            durable=durable,
-            reading=reading,
+            claim=change.claim,
+            release=change.release,
+            durable=change.durable,
+            reading=change.reading,
+            notices=change.notices,
+            queue=change.queue,
+            grant_rows=checked_change(change.grants),  # refused before anything is written
         )
         if events:  # the head hash is the last event's: seal the rows before the transaction
             write.seal_to(head_after(events, None))
