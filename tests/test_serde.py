@@ -445,9 +445,12 @@ def test_a_string_that_spells_the_tag_does_not_hide_a_nested_tagged_value() -> N
     ],
 )
 def test_a_damaged_stored_ai_message_names_what_is_wrong(fields: dict[str, Any], problem: str) -> None:
-    raw = orjson.dumps({"m": {"__hr__": "ai", **fields}})
-    with pytest.raises(SerializationError, match=problem):
-        loads(raw, thread_id="t1", seq=4)
+    message = {"__hr__": "ai", **fields}
+    # (a message in a list, as a reading holds them, is built by the walk's own path)
+    for record in ({"m": message}, {"messages": [{"__hr__": "human", "content": "a"}, message]}):
+        raw = orjson.dumps(record)
+        with pytest.raises(SerializationError, match=problem):
+            loads(raw, thread_id="t1", seq=4)
 
 
 def test_a_stored_tool_call_not_in_its_normal_form_is_normalised_as_the_constructor_does() -> None:
