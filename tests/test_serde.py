@@ -379,6 +379,9 @@ def test_a_tag_spelled_with_escapes_is_still_refused() -> None:
         loads(b'{"\\u005f_hr__": "no-such-type"}', thread_id="t1", seq=3)
     with pytest.raises(SerializationError, match="unknown stored type 'no-such-type'"):
         loads(b'[{"__hr__": "no-such-type"}]', thread_id="t1", seq=3)
+    for tag in (b"[1]", b"{}", b"3"):  # (a tag that is not a string, in a list as messages are)
+        with pytest.raises(SerializationError, match="unknown stored type"):
+            loads(b'[{"__hr__": ' + tag + b"}]", thread_id="t1", seq=3)
 
 
 _MESSAGE_EXTRAS = st.dictionaries(

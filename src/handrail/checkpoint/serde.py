@@ -306,7 +306,7 @@ class _Walk:
                 tag = item.get(TAG)
                 if tag is None:
                     revived = self.revive(item)
-                elif self.shallow and tag in _TAGGED_OK:  # a message in a list, the usual case: built here
+                elif self.shallow and type(tag) is str and tag in _TAGGED_OK:  # a message in a list
                     try:
                         revived = _DECODERS[tag](item)
                     except (TypeError, ValueError) as exc:
