@@ -379,6 +379,9 @@ def test_a_tag_spelled_with_escapes_is_still_refused() -> None:
         loads(b'{"\\u005f_hr__": "no-such-type"}', thread_id="t1", seq=3)
     with pytest.raises(SerializationError, match="unknown stored type 'no-such-type'"):
         loads(b'[{"__hr__": "no-such-type"}]', thread_id="t1", seq=3)
+    for tag in (b"[1]", b"{}", b"3"):  # (a tag that is not a string, in a list as messages are)
+        with pytest.raises(SerializationError, match="unknown stored type"):
+            loads(b'[{"__hr__": ' + tag + b"}]", thread_id="t1", seq=3)
 
 
 _MESSAGE_EXTRAS = st.dictionaries(
@@ -445,9 +448,12 @@ def test_a_string_that_spells_the_tag_does_not_hide_a_nested_tagged_value() -> N
     ],
 )
 def test_a_damaged_stored_ai_message_names_what_is_wrong(fields: dict[str, Any], problem: str) -> None:
-    raw = orjson.dumps({"m": {"__hr__": "ai", **fields}})
-    with pytest.raises(SerializationError, match=problem):
-        loads(raw, thread_id="t1", seq=4)
+    message = {"__hr__": "ai", **fields}
+    # (a message in a list, as a reading holds them, is built by the walk's own path)
+    for record in ({"m": message}, {"messages": [{"__hr__": "human", "content": "a"}, message]}):
+        raw = orjson.dumps(record)
+        with pytest.raises(SerializationError, match=problem):
+            loads(raw, thread_id="t1", seq=4)
 
 
 def test_a_stored_tool_call_not_in_its_normal_form_is_normalised_as_the_constructor_does() -> None:

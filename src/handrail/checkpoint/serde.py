@@ -46,6 +46,7 @@ _ENCODERS: dict[type, tuple[str, _Encoder]] = {}
 _DECODERS: dict[str, _Decoder] = {}
 
 _TAGGED_OK: set[str] = set()  # decoders that take the tagged dict as it is (and drop the tag)
+_CALL_KEYS = frozenset(("name", "args", "id", "type"))  # the keys of a tool call in its normal form
 
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
@@ -103,7 +104,7 @@ def _message_decoder(cls: type[BaseMessage]) -> _Decoder:
     )
     is_ai, is_tool, is_remove = "tool_calls" in known, cls is ToolMessage, cls is RemoveMessage
     new = object.__new__
-    absent = object()
+    text, optional = (str, list), (str, type(None))
 
     def decode(fields: dict[str, Any]) -> BaseMessage:
         """Build the message from its fields (with or without the tag, which is dropped)."""
@@ -111,23 +112,25 @@ def _message_decoder(cls: type[BaseMessage]) -> _Decoder:
             raise ValueError(f"unexpected field(s) {sorted(set(fields) - allowed)} for a {cls.__name__}")
         state = {**template, **fields}
         state.pop(TAG, None)
-        content, message_id, name = state["content"], state["id"], state["name"]
-        if type(content) is not str and type(content) is not list:
+        if type(state["content"]) not in text:
             raise ValueError(f"{cls.__name__} content must be a string or a list")
-        if (message_id is not None and type(message_id) is not str) or (
-            name is not None and type(name) is not str
-        ):
+        if type(state["id"]) not in optional or type(state["name"]) not in optional:
             raise ValueError(f"{cls.__name__} id and name must be strings")
         for field_name, kind in containers:
-            value = state.get(field_name, absent)
-            if value is absent:
+            if field_name not in state:
                 state[field_name] = kind()
-            elif kind is list and type(value) is not list:  # (what a dict field holds, it keeps)
+            elif kind is list and type(state[field_name]) is not list:  # (what a dict field holds, it keeps)
                 raise ValueError(f"{cls.__name__} {field_name} must be a list")
         if is_ai:
             calls = state["tool_calls"]
             for call in calls:
-                if not _normal_call(call):
+                if (
+                    type(call) is not dict
+                    or call.keys() != _CALL_KEYS
+                    or call["type"] != "tool_call"
+                    or type(call["name"]) is not str
+                    or type(call["args"]) is not dict
+                ):  # not the form ``AIMessage`` gives its calls
                     state["tool_calls"] = [_normalise_tool_call(tc) for tc in calls]
                     break
         elif is_tool:
@@ -136,25 +139,13 @@ def _message_decoder(cls: type[BaseMessage]) -> _Decoder:
                 raise ValueError("ToolMessage needs a non-empty tool_call_id naming the call it answers")
             if status != "success" and status != "error":
                 raise ValueError(f"ToolMessage status must be 'success' or 'error', got {status!r}")
-        elif is_remove and not message_id:
+        elif is_remove and not state["id"]:
             raise ValueError("RemoveMessage needs the id of the message to remove")
         message: Any = new(cls)
         message.__dict__ = state
         return message  # type: ignore[no-any-return]
 
     return decode
-
-
-def _normal_call(tc: Any) -> bool:
-    """Whether a stored tool call is in the form ``AIMessage`` gives its calls."""
-    return (
-        type(tc) is dict
-        and len(tc) == 4
-        and tc.get("type") == "tool_call"
-        and type(tc.get("name")) is str
-        and type(tc.get("args")) is dict
-        and "id" in tc
-    )
 
 
 for _name, _cls in (
@@ -310,12 +301,27 @@ class _Walk:
             return value
         out: list[Any] | None = None
         for position, item in enumerate(value):
-            if type(item) is dict or type(item) is list:
+            kind = type(item)
+            if kind is dict:
+                tag = item.get(TAG)
+                if tag is None:
+                    revived = self.revive(item)
+                elif self.shallow and type(tag) is str and tag in _TAGGED_OK:  # a message in a list
+                    try:
+                        revived = _DECODERS[tag](item)
+                    except (TypeError, ValueError) as exc:
+                        raise _BadRecord(f"damaged {tag!r} record: {exc}") from None
+                    self.found += 1
+                else:
+                    revived = self._typed(tag, item)
+            elif kind is list:
                 revived = self.revive(item)
-                if revived is not item:
-                    if out is None:
-                        out = list(value)
-                    out[position] = revived
+            else:
+                continue
+            if revived is not item:
+                if out is None:
+                    out = list(value)
+                out[position] = revived
         return value if out is None else out
 
     def _typed(self, tag: Any, value: dict[str, Any]) -> Any:

@@ -12,6 +12,7 @@ stored form (a saved reading, a snapshot) is ``fold_codec.py``'s.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from handrail.checkpoint.integrity import GENESIS
@@ -452,11 +453,15 @@ class ThreadFold:
     def restore_values(self, values: dict[str, Any]) -> None:
         """Hold ``values`` as the state (a restored reading's); its message list is indexed anew."""
         messages = values.setdefault("messages", [])
-        if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
+        # (checked by their types, indexed by their ids, in bulk: a reading holds thousands)
+        kinds = {*map(type, messages)} if isinstance(messages, list) else {type(None)}
+        if not all(issubclass(kind, BaseMessage) for kind in kinds):
             raise TypeError("the snapshot's messages must be a list of messages")
         self.values = values
         self._messages_changed += 1
-        self._message_index = {m.id: i for i, m in enumerate(messages) if m.id is not None}
+        index = dict(zip(map(_id_of, messages), range(len(messages)), strict=True))
+        index.pop(None, None)
+        self._message_index = index
 
     def _apply_values(self, update: Mapping[str, Any]) -> None:
         if not isinstance(update, Mapping):
@@ -495,6 +500,9 @@ def _terms(raw: Any) -> dict[str, Any] | None:
     if raw is not None and not isinstance(raw, dict):
         raise TypeError("an interrupt's terms must be an object")
     return raw
+
+
+_id_of = attrgetter("id")
 
 
 def checkpoint_id_of(seq: int) -> str:
