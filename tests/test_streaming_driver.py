@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from handrail import (
@@ -218,10 +218,25 @@ class _Pulled(ChatModel):
         tool_choice: Any = None,
         **settings: Any,
     ) -> Iterator[AIMessageChunk]:
-        for word in ("one", " two", " three"):
-            self.log.append(f"pulled {word.strip()}")
-            yield AIMessageChunk(content=word)
-        self.log.append("model ended")
+        try:
+            for word in ("one", " two", " three"):
+                self.log.append(f"pulled {word.strip()}")
+                yield AIMessageChunk(content=word)
+            self.log.append("model ended")
+        except GeneratorExit:
+            self.log.append("model closed")
+            raise
+
+    async def astream(
+        self,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        tool_choice: Any = None,
+        **settings: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        for chunk in self.stream(messages):
+            yield chunk
 
 
 def test_the_models_tokens_arrive_one_by_one_before_the_model_call_ends() -> None:
@@ -238,3 +253,31 @@ def test_the_models_tokens_arrive_one_by_one_before_the_model_call_ends() -> Non
         "got three",
         "model ended",
     ]
+
+
+async def test_astream_hands_out_the_models_tokens_one_by_one_too() -> None:
+    log: list[str] = []
+    agent = create_agent(_Pulled(log), tools=[], checkpointer=InMemorySaver())
+    async for token, _ in agent.astream({"messages": ["go"]}, config(), stream_mode="messages"):
+        log.append(f"got {token.content.strip()}")
+    assert log == [
+        "pulled one",
+        "got one",
+        "pulled two",
+        "got two",
+        "pulled three",
+        "got three",
+        "model ended",
+    ]
+
+
+def test_a_stream_closed_while_the_model_streams_closes_the_models_stream_and_the_run() -> None:
+    log: list[str] = []
+    agent = create_agent(_Pulled(log), tools=[], checkpointer=InMemorySaver())
+    stream = agent.stream({"messages": ["go"]}, config(), stream_mode="messages")
+    next(stream)
+    stream.close()
+    assert log == ["pulled one", "model closed"]
+    assert _alive(agent) == set()
+    assert agent.get_state(config()).next == ("model",)  # the input is saved; the model's answer is not
+    assert agent.invoke(None, config())["messages"][-1].content == "one two three"
