@@ -3,7 +3,9 @@
 The loop (``loop.py``) picks the step that is due; a function here runs it and buffers
 its events (``commit.py``). A step ends with a ``step`` event holding its update, or
 pauses with an ``interrupt`` event; a step that is about to act on the world flushes
-what came before it first (SPEC rule 7).
+what came before it first (SPEC rule 7). A step that ends yields its stream chunks
+(``updates``, ``values``) as :class:`~handrail.runtime.streaming.Emit` effects, only when
+someone streams them.
 
 * :func:`hook_step` calls one node hook of one middleware (``before_model`` ...);
 * :func:`model_step` calls the model through the ``wrap_model_call`` chain;
