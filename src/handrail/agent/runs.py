@@ -1,16 +1,14 @@
 """Running the agent: ``invoke``, ``stream`` and a worker's ``run_claimed``, and their async twins.
 
 A run goes until the agent finishes or pauses (``runtime/loop.py``). ``invoke`` returns
-where it stopped; ``stream`` yields progress as it happens, in the chosen modes, while
-the run goes on in a thread of its own (sync) or a task (async): the chunks pass through
-a queue, and a consumer that stops reading stops the run at its next chunk.
+where it stopped; ``stream`` yields progress as it happens, in the chosen modes: the run
+goes on between the chunks the consumer reads, in the consumer's own thread (sync) or
+task (async), driven by ``runtime/streaming.py``; a consumer that stops reading stops
+the run there.
 """
 
 from __future__ import annotations
 
-import contextvars
-import queue
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import partial
 from typing import Any, Literal
@@ -19,6 +17,7 @@ from handrail.agent.core import AgentCore
 from handrail.agent.work import Work
 from handrail.errors import InvalidInputError
 from handrail.runtime import loop
+from handrail.runtime.streaming import stream_async, stream_sync
 from handrail.types import GraphOutput, Interrupt, RunnableConfig
 
 __all__ = ["STREAM_MODES", "Runs", "StreamMode", "Version"]
@@ -90,34 +89,23 @@ class Runs(AgentCore):
         metadata)`` as the model streams), ``"custom"`` (what tools send through
         ``get_stream_writer()``). With a list of modes, v1 yields ``(mode, chunk)``; v2
         always yields ``{"type", "ns", "data"}``.
+
+        The stream is a plain generator: the run goes on in the caller's thread while the
+        caller asks for the next chunk, with no thread of its own. Steps' chunks and the
+        model's tokens go out as they happen. What a hook or tool writes through
+        ``get_stream_writer()`` goes out as soon as that hook or tool returns (the run
+        cannot hand anything out while the caller's code runs), still in the order
+        written and before anything emitted after it; so do the tokens of a model called
+        inside a middleware's ``wrap_model_call``. Stopping early (``break``, ``close()``)
+        stops the run there; what it saved stays, and ``invoke(None, config)`` goes on.
         """
         work, shape = self._streaming(input, config, stream_mode, version, context, kwargs)
-        chunks: queue.Queue[tuple[str, Any]] = queue.Queue()
-        cancelled = threading.Event()
-
-        def emit(mode: str, chunk: Any) -> None:
-            if cancelled.is_set():
-                raise _StreamClosed()
-            chunks.put((mode, chunk))
-
-        work.env.emit = emit
-
-        def run() -> None:
-            try:
-                work.run()
-                chunks.put((_DONE, None))
-            except BaseException as exc:  # handed to the consumer's thread
-                chunks.put((_FAILED, exc))
-
-        worker = threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True)
-        worker.start()
+        chunks = stream_sync(work.steps, work.env)
         try:
-            while not _ended(*(item := chunks.get())):
-                yield shape(*item)
+            for mode, chunk in chunks:
+                yield shape(mode, chunk)
         finally:
-            # Stop the run at its next chunk and wait, so the thread is quiet when we return.
-            cancelled.set()
-            worker.join()
+            chunks.close()  # a consumer that stopped reading stops the run here
 
     async def astream(
         self,
@@ -129,31 +117,15 @@ class Runs(AgentCore):
         context: Any = None,
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
-        """Async :meth:`stream`."""
-        import asyncio
-
+        """Async :meth:`stream`: the run goes on in the consumer's task, between two chunks
+        it reads, as :meth:`stream`'s goes on in the consumer's thread."""
         work, shape = self._streaming(input, config, stream_mode, version, context, kwargs)
-        chunks: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        work.env.emit = lambda mode, chunk: chunks.put_nowait((mode, chunk))
-
-        async def run() -> None:
-            try:
-                await work.arun()
-                chunks.put_nowait((_DONE, None))
-            except BaseException as exc:
-                chunks.put_nowait((_FAILED, exc))
-
-        task = asyncio.ensure_future(run())
+        chunks = stream_async(work.steps, work.env)
         try:
-            while not _ended(*(item := await chunks.get())):
-                yield shape(*item)
+            async for mode, chunk in chunks:
+                yield shape(mode, chunk)
         finally:
-            if not task.done():
-                task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
+            await chunks.aclose()
 
     def _streaming(
         self,
@@ -164,7 +136,7 @@ class Runs(AgentCore):
         context: Any,
         options: dict[str, Any],
     ) -> tuple[Work[loop.RunResult], Shape]:
-        """The run of a stream (its ``env.emit`` still to set), and how it shapes a chunk."""
+        """The run of a stream, and how it shapes a chunk."""
         _check_version(version)
         modes, single = _parse_modes(stream_mode)
         env, request = self._prepare_run(input, config, modes, context, options)
@@ -187,25 +159,6 @@ class Runs(AgentCore):
         env, request = self._prepare_run(None, {"configurable": {"thread_id": thread_id}}, frozenset())
         env.run_id, env.claimed, env.trust_cache = run_id, True, False
         return self._run(env, request)
-
-
-_DONE = "__done__"
-_FAILED = "__failed__"
-
-
-class _StreamClosed(BaseException):
-    """The consumer stopped reading a sync stream; the run stops at its next chunk."""
-
-
-def _ended(mode: str, chunk: Any) -> bool:
-    """Whether a queued item ends a stream; the run's error, if it failed, is raised."""
-    if mode == _DONE:
-        return True
-    if mode == _FAILED:
-        if isinstance(chunk, _StreamClosed):
-            return True
-        raise chunk
-    return False
 
 
 def _check_version(version: str) -> None:

@@ -71,6 +71,12 @@ class Within(Effect):
         self.steps = steps
         self.env = env
 
+    def nested_sync(self, env: Env) -> tuple[Steps[Any], Env]:
+        return self.steps, self.env
+
+    def nested_async(self, env: Env) -> tuple[Steps[Any], Env]:
+        return self.steps, self.env
+
     def run_sync(self, env: Env) -> Any:
         return drive_sync(self.steps, self.env)
 

@@ -5,18 +5,22 @@ need - read the thread, append events, call a hook, call the model, run tools - 
 receive the results. :func:`drive_sync` performs effects with blocking calls,
 :func:`drive_async` with ``await``. Each effect says how it is done both ways; nothing
 else in the runtime knows whether it runs sync or async.
+
+A stream is driven by the drivers of ``streaming.py`` instead, which hand out chunks as
+they go. An effect tells them two more things: the steps they may run in place of it
+(:meth:`Effect.nested_sync`: a wrap chain without middleware, the tasks of a tools step,
+another attempt's run), so that what those steps emit reaches the stream at once; and,
+for a model call that streams, the chunks to hand out one by one (:meth:`Effect.source_sync`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from handrail.checkpoint.base import BaseCheckpointSaver, ThreadRecord
 from handrail.context import TaskContext, reset_current_task, set_current_task
-from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage, new_id
+from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, new_id
 from handrail.middleware.types import (
     AgentMiddleware,
     ModelRequest,
@@ -28,7 +32,7 @@ from handrail.runtime.events import Event
 from handrail.runtime.fold import ThreadFold
 from handrail.runtime.pending import InterruptRecord
 from handrail.runtime.spec import AgentSpec
-from handrail.tools import Tool, run_coroutine_sync
+from handrail.tools import run_coroutine_sync
 
 if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
     import asyncio
@@ -36,7 +40,7 @@ if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import han
 __all__ = ["Effect", "Env", "drive_async", "drive_sync"]
 
 Gen = Generator["Effect", Any, Any]
-Emit = Callable[[str, Any], None]
+Emitter = Callable[[str, Any], None]  # where a run's chunks go: (mode, chunk)
 
 
 class Env:
@@ -71,7 +75,7 @@ class Env:
         store: BaseCheckpointSaver,
         thread_id: str,
         run_id: str | None = None,
-        emit: Emit | None = None,
+        emit: Emitter | None = None,
         modes: frozenset[str] = frozenset(),
         *,
         trust_cache: bool = True,
@@ -112,6 +116,32 @@ class Effect:
         raise NotImplementedError
 
     async def run_async(self, env: Env) -> Any:
+        raise NotImplementedError
+
+    def nested_sync(self, env: Env) -> tuple[Gen, Env] | None:
+        """Steps a streaming driver may run in place of this effect, driven sync, and the
+        ``Env`` they run in; None: perform the effect."""
+        return None
+
+    def nested_async(self, env: Env) -> tuple[Gen, Env] | None:
+        """As :meth:`nested_sync`, driven async."""
+        return None
+
+    def source_sync(self, env: Env) -> Generator[Any, None, None] | None:
+        """Items a streaming driver pulls one by one, handing out ``took(item)`` after each,
+        before the effect's result is ``result()``; None: perform the effect."""
+        return None
+
+    def source_async(self, env: Env) -> AsyncGenerator[Any, None] | None:
+        """As :meth:`source_sync`, driven async."""
+        return None
+
+    def took(self, item: Any) -> tuple[str, Any]:
+        """Keep ``item`` of the source; the chunk (mode, data) it makes."""
+        raise NotImplementedError
+
+    def result(self) -> Any:
+        """The effect's result once its source is used up."""
         raise NotImplementedError
 
 
@@ -227,6 +257,18 @@ class Chain(Effect):
         self.task = task
         self.normalise = normalise
 
+    def nested_sync(self, env: Env) -> tuple[Gen, Env] | None:
+        return None if self.layers else (self._inline(env), env)
+
+    def nested_async(self, env: Env) -> tuple[Gen, Env] | None:
+        return self.nested_sync(env)
+
+    def _inline(self, env: Env) -> Gen:
+        """The chain without middleware, as steps: the innermost generator, normalised."""
+        env.acted = True
+        self.task.source = None
+        return self.normalise((yield from self.innermost(self.request)))
+
     def run_sync(self, env: Env) -> Any:
         env.acted = True
         token = set_current_task(self.task)
@@ -311,26 +353,29 @@ def normalise_model_result(result: Any) -> ModelResponse:
     )
 
 
-def normalise_tool_result(result: Any) -> ToolMessage:
-    """A wrap_tool_call hook must return a ToolMessage."""
-    if isinstance(result, ToolMessage):
-        return result
-    raise TypeError(f"wrap_tool_call must return a ToolMessage, got {type(result).__name__}")
-
-
 # Model -----------------------------------------------------------------------------------
 class CallModel(Effect):
-    """Call the chat model once; with ``stream`` set, forward each chunk to "messages"."""
+    """Call the chat model once; with ``stream`` set, each chunk goes to "messages".
 
-    __slots__ = ("messages", "metadata", "request", "stream")
+    The model runs with ``task`` as the current task, as everything inside a wrap chain.
+    """
+
+    __slots__ = ("messages", "metadata", "request", "stream", "taken", "task")
 
     def __init__(
-        self, request: ModelRequest, messages: list[BaseMessage], metadata: dict[str, Any], stream: bool
+        self,
+        request: ModelRequest,
+        messages: list[BaseMessage],
+        metadata: dict[str, Any],
+        stream: bool,
+        task: TaskContext,
     ) -> None:
         self.request = request
         self.messages = messages
         self.metadata = metadata
         self.stream = stream
+        self.task = task
+        self.taken: list[AIMessageChunk] = []
 
     def _kwargs(self) -> dict[str, Any]:
         return {
@@ -339,127 +384,89 @@ class CallModel(Effect):
             **self.request.model_settings,
         }
 
-    def run_sync(self, env: Env) -> AIMessage:
-        model = self.request.model
+    def source_sync(self, env: Env) -> Generator[AIMessageChunk, None, None] | None:
         if not self.stream:
-            return model.invoke(self.messages, **self._kwargs())
-        chunks: list[AIMessageChunk] = []
-        for chunk in model.stream(self.messages, **self._kwargs()):
-            chunks.append(chunk)
-            env.send("messages", (chunk, self.metadata))
-        return accumulate_chunks(chunks)
+            return None
+        return _pulled_under(self.task, iter(self.request.model.stream(self.messages, **self._kwargs())))
+
+    def source_async(self, env: Env) -> AsyncGenerator[AIMessageChunk, None] | None:
+        if not self.stream:
+            return None
+        return _apulled_under(self.task, aiter(self.request.model.astream(self.messages, **self._kwargs())))
+
+    def took(self, item: Any) -> tuple[str, Any]:
+        self.taken.append(item)
+        return "messages", (item, self.metadata)
+
+    def result(self) -> AIMessage:
+        return accumulate_chunks(self.taken)
+
+    def run_sync(self, env: Env) -> AIMessage:
+        source = self.source_sync(env)
+        if source is None:
+            token = set_current_task(self.task)
+            try:
+                return self.request.model.invoke(self.messages, **self._kwargs())
+            finally:
+                reset_current_task(token)
+        for item in source:
+            env.send(*self.took(item))
+        return self.result()
 
     async def run_async(self, env: Env) -> AIMessage:
-        model = self.request.model
-        if not self.stream:
-            return await model.ainvoke(self.messages, **self._kwargs())
-        chunks: list[AIMessageChunk] = []
-        async for chunk in model.astream(self.messages, **self._kwargs()):
-            chunks.append(chunk)
-            env.send("messages", (chunk, self.metadata))
-        return accumulate_chunks(chunks)
+        source = self.source_async(env)
+        if source is None:
+            token = set_current_task(self.task)
+            try:
+                return await self.request.model.ainvoke(self.messages, **self._kwargs())
+            finally:
+                reset_current_task(token)
+        async for item in source:
+            env.send(*self.took(item))
+        return self.result()
 
 
-# Tools -----------------------------------------------------------------------------------
-class CallTool(Effect):
-    """Call a tool's function with arguments already validated."""
-
-    __slots__ = ("args", "runtime", "tool")
-
-    def __init__(self, tool: Tool, args: dict[str, Any], runtime: Any) -> None:
-        self.tool = tool
-        self.args = args
-        self.runtime = runtime
-
-    def run_sync(self, env: Env) -> Any:
-        return self.tool.run(self.args, self.runtime)
-
-    async def run_async(self, env: Env) -> Any:
-        return await self.tool.arun(self.args, self.runtime)
-
-
-class RunTasks(Effect):
-    """Run several task generators: one after another (sync) or concurrently (async).
-
-    In async runs every task finishes before the first error (if any) is raised, so no
-    tool is abandoned half-way by a sibling's failure.
-    """
-
-    __slots__ = ("tasks",)
-
-    def __init__(self, tasks: list[Gen]) -> None:
-        self.tasks = tasks
-
-    def run_sync(self, env: Env) -> None:
-        for task in self.tasks:
-            drive_sync(task, env)
-
-    async def run_async(self, env: Env) -> None:
-        import asyncio
-
-        if len(self.tasks) == 1:
-            await drive_async(self.tasks[0], env)
-            return
-        outer, env.lock = env.lock, asyncio.Lock()  # the tasks' appends take turns
-        try:
-            results = await asyncio.gather(
-                *(drive_async(task, env) for task in self.tasks), return_exceptions=True
-            )
-        finally:
-            env.lock = outer
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+def _pulled_under(task: TaskContext, items: Iterator[Any]) -> Generator[Any, None, None]:
+    """``items``, each pulled with ``task`` as the current task (the consumer of a stream
+    runs between two pulls, outside it); closing this closes ``items``."""
+    try:
+        while True:
+            token = set_current_task(task)
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            finally:
+                reset_current_task(token)
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
 
 
-def tool_result_message(
-    result: Any, call_id: str, name: str, response_format: str = "content"
-) -> ToolMessage:
-    """Turn what a tool returned into its ToolMessage.
-
-    With ``response_format="content_and_artifact"`` the tool returns ``(content,
-    artifact)``: the content is what the model sees, the artifact rides on the message.
-    """
-    if response_format == "content_and_artifact" and not isinstance(result, ToolMessage):
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise TypeError(
-                f"tool {name!r} has response_format='content_and_artifact' and must return a "
-                f"(content, artifact) tuple, got {type(result).__name__}"
-            )
-        message = tool_result_message(result[0], call_id, name)
-        message.artifact = result[1]
-        return message
-    if isinstance(result, ToolMessage):
-        if result.tool_call_id == call_id:
-            return result
-        # a tool that built its own message keeps its content, answering this call
-        return ToolMessage(
-            result.content,
-            tool_call_id=call_id,
-            name=result.name or name,
-            status=result.status,
-            artifact=result.artifact,
-        )
-    if isinstance(result, str):
-        content: Any = result
-    elif result is None:
-        content = ""
-    else:
-        try:
-            content = orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS).decode()
-        except TypeError:
-            content = str(result)
-    return ToolMessage(content, tool_call_id=call_id, name=name)
+async def _apulled_under(task: TaskContext, items: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+    """Async :func:`_pulled_under`."""
+    try:
+        while True:
+            token = set_current_task(task)
+            try:
+                item = await anext(items)
+            except StopAsyncIteration:
+                return
+            finally:
+                reset_current_task(token)
+            yield item
+    finally:
+        close = getattr(items, "aclose", None)
+        if close is not None:
+            await close()
 
 
 __all__ += [
     "CallHook",
     "CallModel",
-    "CallTool",
     "Chain",
-    "RunTasks",
     "StoreCall",
     "normalise_model_result",
-    "normalise_tool_result",
-    "tool_result_message",
 ]

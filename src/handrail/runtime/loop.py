@@ -24,6 +24,7 @@ from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
 from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.steps import hook_step, model_step, stream_writer, tools_step
+from handrail.runtime.streaming import Emit
 from handrail.runtime.updates import coerce_update
 from handrail.types import Interrupt, RunnableConfig
 
@@ -155,7 +156,7 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
     if events:
         buffer(env, events)
         if env.wants("values") and any(e.kind == "input" for e in events):
-            env.send("values", fold.public_values())
+            yield Emit("values", fold.public_values())
     if request.record_only:  # answers recorded: a worker runs them (the thread is queued if due)
         yield Persist([], flush=True, durable=True, queue=_due(fold))
         counted = {
@@ -202,9 +203,11 @@ def _run_steps(env: Env, request: RunRequest, fold: ThreadFold, events: list[Eve
             break
     yield flush(last=True)
     result = RunResult(fold.public_values(), interrupts_of(fold.pending, env.spec))
-    if result.interrupts:
-        env.send("updates", {"__interrupt__": result.interrupts})
-        env.send("values", (result.values, result.interrupts))
+    if result.interrupts and env.modes:
+        if env.wants("updates"):
+            yield Emit("updates", {"__interrupt__": result.interrupts})
+        if env.wants("values"):
+            yield Emit("values", (result.values, result.interrupts))
     return result
 
 

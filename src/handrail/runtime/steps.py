@@ -3,7 +3,9 @@
 The loop (``loop.py``) picks the step that is due; a function here runs it and buffers
 its events (``commit.py``). A step ends with a ``step`` event holding its update, or
 pauses with an ``interrupt`` event; a step that is about to act on the world flushes
-what came before it first (SPEC rule 7).
+what came before it first (SPEC rule 7). A step that ends yields its stream chunks
+(``updates``, ``values``) as :class:`~handrail.runtime.streaming.Emit` effects, only when
+someone streams them.
 
 * :func:`hook_step` calls one node hook of one middleware (``before_model`` ...);
 * :func:`model_step` calls the model through the ``wrap_model_call`` chain;
@@ -19,29 +21,20 @@ from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from handrail import review, structured_output
-from handrail.context import PauseSignal, Runtime, TaskContext, ToolRuntime, current_task
+from handrail.context import PauseSignal, Runtime, TaskContext, ToolRuntime
 from handrail.errors import ConfigurationError, InvalidInputError
 from handrail.messages import AIMessage, SystemMessage, ToolCall, ToolMessage, new_id
 from handrail.middleware.types import ModelRequest, ModelResponse, ToolCallRequest
 from handrail.runtime import granting, recovery, rules
 from handrail.runtime.commit import Persist, buffer, flush
 from handrail.runtime.compat import stream_metadata
-from handrail.runtime.effects import (
-    CallHook,
-    CallModel,
-    CallTool,
-    Chain,
-    Effect,
-    Env,
-    RunTasks,
-    normalise_model_result,
-    normalise_tool_result,
-    tool_result_message,
-)
+from handrail.runtime.effects import CallHook, CallModel, Chain, Effect, Env, normalise_model_result
 from handrail.runtime.events import Event
 from handrail.runtime.fold import ThreadFold
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.spec import AgentSpec
+from handrail.runtime.streaming import Emit
+from handrail.runtime.tool_calls import CallTool, RunTasks, normalise_tool_result, tool_result_message
 from handrail.tools import ToolArgumentsError
 
 if TYPE_CHECKING:
@@ -75,7 +68,8 @@ def _task(env: Env, request: RunRequest, answers: dict[int, Any], source: str | 
 
 def _finish_step(
     env: Env, fold: ThreadFold, step: str, update: Any, extra: dict[str, Any] | None = None
-) -> None:
+) -> Any:
+    """Buffer the step's event; the update it records (None: nothing changed)."""
     data: dict[str, Any] = {"step": step, "values": None, "next": None, **(extra or {})}
     if update is not None:
         if not isinstance(update, Mapping):
@@ -100,10 +94,15 @@ def _finish_step(
             )
         data["values"] = values or None
     buffer(env, [Event("step", data)])
-    if env.modes:  # nothing to compute for a caller that streams nothing
-        env.send("updates", {step: data["values"]})
-        if env.wants("values"):
-            env.send("values", fold.public_values())
+    return data["values"]
+
+
+def _step_chunks(env: Env, fold: ThreadFold, step: str, update: Any) -> Gen:
+    """The chunks of a finished step, for the modes the stream wants."""
+    if env.wants("updates"):
+        yield Emit("updates", {step: update})
+    if env.wants("values"):
+        yield Emit("values", fold.public_values())
 
 
 def _pause(env: Env, step: str, task: str, signal: PauseSignal) -> None:
@@ -148,7 +147,9 @@ def hook_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime,
             _pause(env, step, step, asked)
             return
         update = None
-    _finish_step(env, fold, step, update)
+    done = _finish_step(env, fold, step, update)
+    if env.modes:  # nothing to compute for a caller that streams nothing
+        yield from _step_chunks(env, fold, step, done)
 
 
 def model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime) -> Gen:
@@ -170,9 +171,11 @@ def model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime
     def innermost(req: ModelRequest) -> Gen:
         messages = ([SystemMessage(req.system_prompt)] if req.system_prompt else []) + list(req.messages)
         if req.response_format is None:
-            message = yield CallModel(req, messages, metadata, env.wants("messages"))
+            message = yield CallModel(req, messages, metadata, env.wants("messages"), task)
             return ModelResponse(result=[message])
-        message = yield CallModel(structured_output.bind(req), messages, metadata, env.wants("messages"))
+        message = yield CallModel(
+            structured_output.bind(req), messages, metadata, env.wants("messages"), task
+        )
         _prepare_ai_message(message, spec.name)  # the answer to a structured call needs its id
         outcome = structured_output.handle(req.response_format, message)
         retry[0] = outcome.retry
@@ -196,7 +199,9 @@ def model_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime
         update["structured_response"] = response.structured_response
     elif retry[0]:
         update["jump_to"] = MODEL  # the structured answer was malformed: the model tries again
-    _finish_step(env, fold, MODEL, update)
+    done = _finish_step(env, fold, MODEL, update)
+    if env.modes:  # nothing to compute for a caller that streams nothing
+        yield from _step_chunks(env, fold, MODEL, done)
 
 
 def _prepare_ai_message(message: AIMessage, agent_name: str | None) -> None:
@@ -277,9 +282,7 @@ def tools_step(env: Env, fold: ThreadFold, request: RunRequest, runtime: Runtime
         data["jump_to"] = "end"  # return_direct: the tools' results are the answer
     buffer(env, [Event("step", data)])
     if env.modes:
-        env.send("updates", {TOOLS: {"messages": results}})
-        if env.wants("values"):
-            env.send("values", fold.public_values())
+        yield from _step_chunks(env, fold, TOOLS, {"messages": results})
 
 
 def _gate(spec: AgentSpec, fold: ThreadFold, request: ToolCallRequest) -> review.Outcome:
@@ -308,7 +311,7 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext, outcome: r
             "wrap_tool_call",
             env.spec.tool_wrappers,
             request,
-            lambda req: _execute_tool(env, req, outcome.call, outcome.grant),
+            lambda req: _execute_tool(env, req, task, outcome.call, outcome.grant),
             task,
             normalise_tool_result,
         )
@@ -326,7 +329,11 @@ def _tool_task(env: Env, request: ToolCallRequest, task: TaskContext, outcome: r
 
 
 def _execute_tool(
-    env: Env, request: ToolCallRequest, authorized: ToolCall, grant: dict[str, Any] | None = None
+    env: Env,
+    request: ToolCallRequest,
+    task: TaskContext,
+    authorized: ToolCall,
+    grant: dict[str, Any] | None = None,
 ) -> Gen:
     """The innermost tool handler: check, record the start (rule 9), run, shape the result.
 
@@ -372,13 +379,11 @@ def _execute_tool(
         buffer(env, [Event("tool_started", started)])
     env.ran.add(call_id)
     try:
-        result = yield CallTool(tool, values, request.runtime)
+        result = yield CallTool(tool, values, request.runtime, task)
     except ConfigurationError:
         raise  # e.g. interrupt() without a checkpointer: the agent is misconfigured, not the call
     except Exception as exc:  # a failing tool is a result the model can react to
-        task = current_task()
-        if task is not None:
-            task.tool_errors[call_id] = exc  # for a wrapper that retries
+        task.tool_errors[call_id] = exc  # for a wrapper that retries
         return ToolMessage(
             f"Error: {type(exc).__name__}: {exc}",
             tool_call_id=call_id,
