@@ -200,3 +200,26 @@ def _call_slow(messages: list[Any]) -> dict[str, Any]:
     if messages and getattr(messages[-1], "type", "") == "tool":
         return {"content": "done"}
     return {"content": "", "tool_calls": [{"name": "slow", "args": {"text": "x"}}]}
+
+
+async def test_a_worker_of_one_agent_reads_no_record_before_the_run(
+    location: Location, tmp_path: Path
+) -> None:
+    """The claim's filter names one agent: the worker runs it without reading the thread's
+    record first (one round trip less on a server); the run's own read comes next."""
+    log = tmp_path / "tool.log"
+    agent = build_agent(location.saver(), log)
+    agent.decide("t1", start(agent, "t1"), APPROVE, reviewer=ALICE)
+    saver = location.saver()
+    worker = Worker({"agent": build_agent(saver, log)})
+    records: list[str] = []
+    get_thread = saver.aget_thread
+
+    async def counted(thread_id: str) -> Any:
+        records.append(thread_id)
+        return await get_thread(thread_id)
+
+    saver.aget_thread = counted  # type: ignore[method-assign]
+    result = await worker.run_thread("t1")
+    assert result is not None and finished(result.values)
+    assert records == [] and log_lines(log) == ["t1"]
