@@ -323,8 +323,9 @@ def test_a_first_run_that_died_right_after_saving_its_input_is_taken_over(
 
 
 def test_a_postgres_claim_of_a_queued_thread_is_one_round_trip(location: Location, tmp_path: Path) -> None:
-    """The pick and the claim are two statements of one transaction, sent together: a
-    worker waits for the server once to take a thread (and once to find none)."""
+    """The pick, the claim and the read of the claimed thread are statements of one
+    transaction, sent together: a worker waits for the server once to take a thread and
+    load it (and once to find none)."""
     if location.backend not in ("postgres", PGBOUNCER):
         pytest.skip("round trips are the Postgres saver's")
     saver = location.saver()
@@ -342,7 +343,7 @@ def test_a_postgres_claim_of_a_queued_thread_is_one_round_trip(location: Locatio
 
     claimer._io.execute = counted  # type: ignore[attr-defined]
     assert claimer.claim_queued("run-1") is not None
-    assert batches == [4]  # BEGIN, the pick, the claim, COMMIT: one round trip
+    assert batches == [5]  # BEGIN, the pick, the claim, the read, COMMIT: one round trip
     batches.clear()
     assert claimer.claim_queued("run-2") is None
-    assert batches == [4]
+    assert batches == [5]

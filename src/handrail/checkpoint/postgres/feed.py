@@ -32,7 +32,11 @@ the id from that setting, checks again that no live run appeared meanwhile (a cl
 committed just before the lock was taken), drops the waiting rows and claims the
 caller's run. Two claimers of one thread are thus serialised by the row lock, and the
 second sees the first's claim: never two runs from one queued thread. A thread found
-busy that way (rare) is passed over by the next try, one more round trip.
+busy that way (rare) is passed over by the next try, one more round trip. A third
+statement in the same round trip reads the thread as a run starts from (the record,
+the saved reading, the events after it: ``read.py``), after the claim: the saver keeps
+that read for the claimed run's first attempt (``protocol.py``, ``claimed_read``), so a
+worker that has never seen the thread claims and loads it in one round trip.
 """
 
 from __future__ import annotations
@@ -41,9 +45,17 @@ import time
 from collections.abc import Sequence
 
 from handrail.checkpoint._records import MAX_TIME
-from handrail.checkpoint.base import NOTICE_KINDS, QUEUED_RUN, ClaimFilter, FeedEntry, feed_position
+from handrail.checkpoint.base import (
+    NOTICE_KINDS,
+    QUEUED_RUN,
+    ClaimFilter,
+    FeedEntry,
+    ThreadRead,
+    feed_position,
+)
 from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
+from handrail.checkpoint.postgres.read import read_rows, read_sql
 from handrail.errors import SerializationError
 
 __all__ = ["QUEUE_CHANNEL", "FeedSQL", "feed_migration"]
@@ -141,12 +153,13 @@ class FeedSQL(Tables):
 
     def claim_queued_flow(
         self, run_id: str, filter: ClaimFilter | None, thread_id: str | None
-    ) -> Flow[str | None]:
-        """``claim_queued`` as both savers perform it: under the liveness lock."""
+    ) -> Flow[tuple[str, ThreadRead] | None]:
+        """``claim_queued`` as both savers perform it, under the liveness lock: the thread
+        claimed and its read (see the module's documentation), or None."""
         if run_id == QUEUED_RUN:
             raise ValueError(f"{QUEUED_RUN!r} names a thread's queued row, not a run")
 
-        def statement(key: int | None) -> Op[str | None]:
+        def statement(key: int | None) -> Op[tuple[str, ThreadRead] | None]:
             assert key is not None  # claims=True: the flow asked for the key
             return self._claim_queued(run_id, key, filter, thread_id)
 
@@ -154,7 +167,7 @@ class FeedSQL(Tables):
 
     def _claim_queued(
         self, run_id: str, owner_key: int, filter: ClaimFilter | None, thread_id: str | None
-    ) -> Op[str | None]:
+    ) -> Op[tuple[str, ThreadRead] | None]:
         waiting, live = f"NOT {self._alive('r.owner_key')}", self._alive("r.owner_key")
         where = [
             f"t.thread_id IN (SELECT r.thread_id FROM {self.runs} AS r WHERE {waiting})",
@@ -189,16 +202,17 @@ class FeedSQL(Tables):
             f"WHERE EXISTS (SELECT FROM waiting) AND NOT EXISTS (SELECT FROM busy) AND {self._lock_held} "
             "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key RETURNING 1"
         )
+        load = Query(read_sql(self, thread, 0, None, True), {"after": 0, "upto": None})
         tried: list[str] = []
         for _ in range(_TRIES):
             params["tried"] = list(tried)
             take = Query(take_sql, {"claim": run_id, "owner": owner_key, "now": time.time()})
-            _, found, taken, _ = yield [BEGIN, pick, take, COMMIT]
+            _, found, taken, loaded, _ = yield [BEGIN, pick, take, load, COMMIT]
             if not found.rows:
                 return None
             picked = str(found.rows[0][0])
             if taken.rows:
-                return picked
+                return picked, read_rows(picked, loaded.rows)
             tried.append(picked)  # a live run appeared before the lock: look at the next one
         return None
 
