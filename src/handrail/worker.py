@@ -87,8 +87,18 @@ class _Group:
         self.default = default
         self.names = {name: key for name, key in names.items() if key in agents}
         self.filter = ClaimFilter(ASSISTANT_KEY, tuple(self.names), or_missing=default is not None)
+        keys = set(self.names.values()) | ({default} if default is not None else set())
+        self.only = next(iter(keys)) if len(keys) == 1 else None  # the one agent the filter takes
 
     async def agent_for(self, thread_id: str) -> Agent | None:
+        """The agent that runs ``thread_id``, a thread this group's filter claimed.
+
+        With one agent behind every name the filter takes (the usual worker), the claim
+        said it already: no read of the thread's record, one round trip less before the
+        run (its own read of the thread comes next).
+        """
+        if self.only is not None:
+            return self.agents[self.only]
         record = await self.store.aget_thread(thread_id)
         if record is None:
             return None

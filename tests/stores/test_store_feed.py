@@ -320,3 +320,30 @@ def test_a_first_run_that_died_right_after_saving_its_input_is_taken_over(
     (review,) = result.interrupts
     assert review.value["action_requests"][0]["name"] == "write_file"
     assert log_lines(log) == []
+
+
+def test_a_postgres_claim_of_a_queued_thread_is_one_round_trip(location: Location, tmp_path: Path) -> None:
+    """The pick, the claim and the read of the claimed thread are statements of one
+    transaction, sent together: a worker waits for the server once to take a thread and
+    load it (and once to find none)."""
+    if location.backend not in ("postgres", PGBOUNCER):
+        pytest.skip("round trips are the Postgres saver's")
+    saver = location.saver()
+    agent = build_agent(saver, tmp_path / "tool.log")
+    for thread in ("t1", "t2"):
+        agent.decide(thread, start(agent, thread), APPROVE, reviewer=ALICE)
+    claimer = location.saver()
+    assert claimer.claim_queued("run-0") is not None  # takes the liveness lock first, once
+    batches: list[int] = []
+    execute = claimer._io.execute  # type: ignore[attr-defined]
+
+    def counted(conn: Any, batch: list[Any]) -> Any:
+        batches.append(len(batch))
+        return execute(conn, batch)
+
+    claimer._io.execute = counted  # type: ignore[attr-defined]
+    assert claimer.claim_queued("run-1") is not None
+    assert batches == [5]  # BEGIN, the pick, the claim, the read, COMMIT: one round trip
+    batches.clear()
+    assert claimer.claim_queued("run-2") is None
+    assert batches == [5]

@@ -200,3 +200,60 @@ def _call_slow(messages: list[Any]) -> dict[str, Any]:
     if messages and getattr(messages[-1], "type", "") == "tool":
         return {"content": "done"}
     return {"content": "", "tool_calls": [{"name": "slow", "args": {"text": "x"}}]}
+
+
+async def test_a_worker_of_one_agent_reads_no_record_before_the_run(
+    location: Location, tmp_path: Path
+) -> None:
+    """The claim's filter names one agent: the worker runs it without reading the thread's
+    record first (one round trip less on a server); the run's own read comes next."""
+    log = tmp_path / "tool.log"
+    agent = build_agent(location.saver(), log)
+    agent.decide("t1", start(agent, "t1"), APPROVE, reviewer=ALICE)
+    saver = location.saver()
+    worker = Worker({"agent": build_agent(saver, log)})
+    records: list[str] = []
+    get_thread = saver.aget_thread
+
+    async def counted(thread_id: str) -> Any:
+        records.append(thread_id)
+        return await get_thread(thread_id)
+
+    saver.aget_thread = counted  # type: ignore[method-assign]
+    result = await worker.run_thread("t1")
+    assert result is not None and finished(result.values)
+    assert records == [] and log_lines(log) == ["t1"]
+
+
+async def test_a_claimed_run_loads_its_thread_with_the_claim(location: Location, tmp_path: Path) -> None:
+    """On Postgres the claim of a queued thread reads it in the same round trip: the run
+    reads nothing more before it acts. A thread changed between the claim and the run's
+    first append is read again (that append is refused first), and the run goes on from
+    the thread as it is: here an edit of its state superseded the answered review, so
+    the run asks again and runs nothing."""
+    log = tmp_path / "tool.log"
+    agent = build_agent(location.saver(), log)
+    for thread in ("t1", "t2"):
+        agent.decide(thread, start(agent, thread), APPROVE, reviewer=ALICE)
+    saver = location.saver()
+    reads: list[str] = []
+    read = saver.read
+
+    def counted(thread_id: str, **kwargs: Any) -> Any:
+        reads.append(thread_id)
+        return read(thread_id, **kwargs)
+
+    saver.read = counted  # type: ignore[method-assign]
+    worker = Worker({"agent": build_agent(saver, log)})
+    result = await worker.run_thread("t1")
+    assert result is not None and finished(result.values)
+    postgres = location.backend not in ("memory", "sqlite")
+    assert reads == ([] if postgres else ["t1"])
+    # the thread moves on between the claim and the run: the run reads it again
+    reads.clear()
+    assert saver.claim_queued("run-late", thread_id="t2") == "t2"
+    agent.update_state(config("t2"), {"messages": []})
+    result = await build_agent(saver, log).arun_claimed("t2", "run-late")
+    assert result.interrupts and log_lines(log) == ["t1"]
+    assert "t2" in reads  # Postgres: once the claim's read was refused; others: the run's read
+    assert saver.runs_alive("t2") == set()

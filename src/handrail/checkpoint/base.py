@@ -260,6 +260,17 @@ class BaseCheckpointSaver(ABC):
 
         time.sleep(timeout)
 
+    def claimed_read(self, thread_id: str, run_id: str) -> ThreadRead | None:
+        """The read of ``thread_id`` (as ``read(thread_id, from_reading=True)`` gives it)
+        that the claim of ``run_id`` on it made in its own transaction (``claim_queued``),
+        once; None when the claim made none, or it was taken already.
+
+        For the claimed run's first attempt, which trusts it as a cached reading: the
+        run's first append checks the head, and a run refused there reads again. Stores
+        that read nothing with a claim (this default) return None.
+        """
+        return None
+
     def list_grants(self, filter: GrantFilter) -> list[GrantRecord]:
         """Grants matching ``filter``, newest first (SPEC rule 16)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no grants")
@@ -392,6 +403,10 @@ class BaseCheckpointSaver(ABC):
     ) -> str | None:
         """Async :meth:`claim_queued`."""
         return await self._blocking(lambda: self.claim_queued(run_id, filter=filter, thread_id=thread_id))
+
+    async def aclaimed_read(self, thread_id: str, run_id: str) -> ThreadRead | None:
+        """Async :meth:`claimed_read` (no I/O: the sync method, on the caller's loop)."""
+        return self.claimed_read(thread_id, run_id)
 
 
 def feed_position(after: str | None) -> int:

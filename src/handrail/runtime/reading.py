@@ -77,8 +77,15 @@ def load(
     read = None
     if upto_seq is None:
         # A new process: start from the thread's saved reading, if it has one, and fold
-        # only the events after it (SPEC §6: not every past checkpoint again).
-        read = yield StoreCall("read", (thread_id,), {"from_reading": True})
+        # only the events after it (SPEC §6: not every past checkpoint again). A claimed
+        # run takes the read its claim made, if the store made one, as a cached reading:
+        # its first append checks it, and it runs again from a fresh read if refused.
+        claimed = env.claimed and hasattr(env.store, "claimed_read")
+        read = (yield StoreCall("claimed_read", (thread_id, env.run_id))) if claimed else None
+        if read is not None:
+            env.optimistic = True
+        else:
+            read = yield StoreCall("read", (thread_id,), {"from_reading": True})
         if read.reading is not None:
             saved = restore_reading(spec, thread_id, read.reading) if _simply_follow(read.events) else None
             if saved is not None:

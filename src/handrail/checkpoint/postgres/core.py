@@ -46,7 +46,9 @@ them again under a new liveness lock. Safe: the server's rows are the truth (a s
 entry re-claims a released run at worst until the saver closes, and is removed by
 ``release_run`` and ``close``); each claim's statement checks the lock itself. An append
 that releases a run forgets it first, and remembers it again if the append fails. Raced
-by ``test_a_claim_takes_a_lost_liveness_lock_again``.
+by ``test_a_claim_takes_a_lost_liveness_lock_again``. A claim of a queued thread also
+keeps the read it made (``feed.py``) for its run, which takes it once
+(``claimed_read``); releasing the run forgets it too.
 
 Rule 5 (appends). An append returns once the server has committed it or refused it,
 never sooner: ``durable=False`` only lets its own transaction's commit skip the WAL
@@ -81,7 +83,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import psycopg
 
 from handrail.checkpoint._records import Migration
-from handrail.checkpoint.base import BaseCheckpointSaver
+from handrail.checkpoint.base import BaseCheckpointSaver, ThreadRead
 from handrail.checkpoint.postgres._base import Op
 from handrail.checkpoint.postgres.cleared import Cleared
 from handrail.checkpoint.postgres.connect import CONNECT_TIMEOUT, PREPARE_THRESHOLD, pool_options
@@ -109,6 +111,7 @@ class PostgresCore(BaseCheckpointSaver):
         self._owner_conn: Any = None  # the connection that holds the liveness lock, on a pool
         self._owner_key: int | None = None  # the liveness lock's key (rule 3)
         self._claimed: set[tuple[str, str]] = set()  # rule 4
+        self._claim_reads: dict[tuple[str, str], ThreadRead] = {}  # rule 4: a claim's read, once
         self._cleared = Cleared()
         self._listener: Any = None  # the connection that LISTENs for queued threads (rule 6)
 
@@ -192,6 +195,7 @@ class PostgresCore(BaseCheckpointSaver):
         with io.guard("owner"):
             key, owner, self._owner_conn, self._owner_key = self._owner_key, self._owner_conn, None, None
             self._claimed.clear()
+            self._claim_reads.clear()
         if key is not None:
             try:
                 yield from self._run(self._queries.forget_owner(key))
@@ -301,4 +305,5 @@ class PostgresCore(BaseCheckpointSaver):
         with self._io.guard("owner"):
             known = (thread_id, run_id) in self._claimed
             self._claimed.discard((thread_id, run_id))
+            self._claim_reads.pop((thread_id, run_id), None)
             return known

@@ -22,13 +22,21 @@ NULL): a thread with answers that nobody runs yet. Such a row, like that of a de
 owner, is not alive, so a claim on the thread drops it. Inserting one (an answer
 recorded for a worker, rarer than a review cycle) fires ``pg_notify('handrail_queue',
 <schema>)`` at its commit, so workers that ``LISTEN`` wake at once instead of polling.
-:meth:`FeedSQL.claim_queued` takes one such thread in two statements of one transaction:
-the first picks a thread with a row that is not alive and none that is, and locks its
-``threads`` row ``FOR UPDATE SKIP LOCKED`` (another claimer skips it rather than wait);
-the second, with a new snapshot, checks again that no live run appeared meanwhile (a
-claim committed just before the lock was taken), drops the waiting rows and claims the
+:meth:`FeedSQL.claim_queued` takes one such thread in two statements of one transaction,
+sent in one round trip (``BEGIN``, both, ``COMMIT``, in a pipeline): the first picks a
+thread with a row that is not alive and none that is, locks its ``threads`` row ``FOR
+UPDATE SKIP LOCKED`` (another claimer skips it rather than wait) and notes its id in a
+transaction-local setting (``handrail.claim``: gone at the commit, so nothing is left on
+a connection a pooler hands to another client); the second, with a new snapshot, reads
+the id from that setting, checks again that no live run appeared meanwhile (a claim
+committed just before the lock was taken), drops the waiting rows and claims the
 caller's run. Two claimers of one thread are thus serialised by the row lock, and the
-second sees the first's claim: never two runs from one queued thread.
+second sees the first's claim: never two runs from one queued thread. A thread found
+busy that way (rare) is passed over by the next try, one more round trip. A third
+statement in the same round trip reads the thread as a run starts from (the record,
+the saved reading, the events after it: ``read.py``), after the claim: the saver keeps
+that read for the claimed run's first attempt (``protocol.py``, ``claimed_read``), so a
+worker that has never seen the thread claims and loads it in one round trip.
 """
 
 from __future__ import annotations
@@ -37,9 +45,17 @@ import time
 from collections.abc import Sequence
 
 from handrail.checkpoint._records import MAX_TIME
-from handrail.checkpoint.base import NOTICE_KINDS, QUEUED_RUN, ClaimFilter, FeedEntry, feed_position
+from handrail.checkpoint.base import (
+    NOTICE_KINDS,
+    QUEUED_RUN,
+    ClaimFilter,
+    FeedEntry,
+    ThreadRead,
+    feed_position,
+)
 from handrail.checkpoint.postgres._base import BEGIN, COMMIT, Op, Query, Tables, _bare
 from handrail.checkpoint.postgres.liveness import Flow, under_lock
+from handrail.checkpoint.postgres.read import read_rows, read_sql
 from handrail.errors import SerializationError
 
 __all__ = ["QUEUE_CHANNEL", "FeedSQL", "feed_migration"]
@@ -49,6 +65,7 @@ QUEUE_CHANNEL = "handrail_queue"
 
 _TRIES = 8  # threads a claim looks at before it gives up for now (each found busy when locked)
 _SEAL_BATCH = 5000  # rows a sealer places at once (more wait for the next read)
+_PICKED = "handrail.claim"  # the transaction-local setting that holds the thread a claim picked
 
 
 def feed_migration(p: str) -> tuple[str, ...]:
@@ -136,12 +153,13 @@ class FeedSQL(Tables):
 
     def claim_queued_flow(
         self, run_id: str, filter: ClaimFilter | None, thread_id: str | None
-    ) -> Flow[str | None]:
-        """``claim_queued`` as both savers perform it: under the liveness lock."""
+    ) -> Flow[tuple[str, ThreadRead] | None]:
+        """``claim_queued`` as both savers perform it, under the liveness lock: the thread
+        claimed and its read (see the module's documentation), or None."""
         if run_id == QUEUED_RUN:
             raise ValueError(f"{QUEUED_RUN!r} names a thread's queued row, not a run")
 
-        def statement(key: int | None) -> Op[str | None]:
+        def statement(key: int | None) -> Op[tuple[str, ThreadRead] | None]:
             assert key is not None  # claims=True: the flow asked for the key
             return self._claim_queued(run_id, key, filter, thread_id)
 
@@ -149,7 +167,7 @@ class FeedSQL(Tables):
 
     def _claim_queued(
         self, run_id: str, owner_key: int, filter: ClaimFilter | None, thread_id: str | None
-    ) -> Op[str | None]:
+    ) -> Op[tuple[str, ThreadRead] | None]:
         waiting, live = f"NOT {self._alive('r.owner_key')}", self._alive("r.owner_key")
         where = [
             f"t.thread_id IN (SELECT r.thread_id FROM {self.runs} AS r WHERE {waiting})",
@@ -167,35 +185,35 @@ class FeedSQL(Tables):
             )
             params.update(key=filter.key, values=list(filter.values), missing=filter.or_missing)
         pick = Query(
-            f"SELECT t.thread_id FROM {self.threads} AS t WHERE {' AND '.join(where)} "
-            "ORDER BY t.updated_at, t.thread_id LIMIT 1 FOR UPDATE OF t SKIP LOCKED",
+            f"WITH picked AS (SELECT t.thread_id FROM {self.threads} AS t WHERE {' AND '.join(where)} "
+            "ORDER BY t.updated_at, t.thread_id LIMIT 1 FOR UPDATE OF t SKIP LOCKED) "
+            f"SELECT set_config('{_PICKED}', thread_id, true) FROM picked",
             params,
         )
+        # the picked thread's id, as the pick set it (none picked: NULL, or '' once set before)
+        thread = f"current_setting('{_PICKED}', true)"
         take_sql = (
-            f"WITH waiting AS (SELECT FROM {self.runs} AS r WHERE r.thread_id = %(thread)s AND {waiting}), "
-            f"busy AS (SELECT FROM {self.runs} AS r WHERE r.thread_id = %(thread)s AND {live}), "
-            f"dropped AS (DELETE FROM {self.runs} AS r WHERE r.thread_id = %(thread)s "
+            f"WITH waiting AS (SELECT FROM {self.runs} AS r WHERE r.thread_id = {thread} AND {waiting}), "
+            f"busy AS (SELECT FROM {self.runs} AS r WHERE r.thread_id = {thread} AND {live}), "
+            f"dropped AS (DELETE FROM {self.runs} AS r WHERE r.thread_id = {thread} "
             "AND EXISTS (SELECT FROM waiting) AND NOT EXISTS (SELECT FROM busy)) "
             f"INSERT INTO {self.runs} (thread_id, run_id, owner_key, claimed_at) "
-            "SELECT %(thread)s, %(claim)s, %(owner)s, %(now)s "
+            f"SELECT {thread}, %(claim)s, %(owner)s, %(now)s "
             f"WHERE EXISTS (SELECT FROM waiting) AND NOT EXISTS (SELECT FROM busy) AND {self._lock_held} "
             "ON CONFLICT (thread_id, run_id) DO UPDATE SET owner_key = excluded.owner_key RETURNING 1"
         )
+        load = Query(read_sql(self, thread, 0, None, True), {"after": 0, "upto": None})
         tried: list[str] = []
         for _ in range(_TRIES):
             params["tried"] = list(tried)
-            _, found = yield [BEGIN, pick]
+            take = Query(take_sql, {"claim": run_id, "owner": owner_key, "now": time.time()})
+            _, found, taken, loaded, _ = yield [BEGIN, pick, take, load, COMMIT]
             if not found.rows:
-                yield [COMMIT]
                 return None
-            thread = str(found.rows[0][0])
-            take = Query(
-                take_sql, {"thread": thread, "claim": run_id, "owner": owner_key, "now": time.time()}
-            )
-            taken, _ = yield [take, COMMIT]
+            picked = str(found.rows[0][0])
             if taken.rows:
-                return thread
-            tried.append(thread)  # a live run appeared before the lock: look at the next one
+                return picked, read_rows(picked, loaded.rows)
+            tried.append(picked)  # a live run appeared before the lock: look at the next one
         return None
 
 

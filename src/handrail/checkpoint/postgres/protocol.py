@@ -220,11 +220,20 @@ class PostgresProtocol(PostgresCore):
     ) -> Step[str | None]:
         """Claim ``run_id`` on one queued thread (or one whose run died); its id (``feed.py``)."""
         claimed = yield from self._perform(self._queries.claim_queued_flow(run_id, filter, thread_id))
-        if claimed is not None:
-            self._remember_claim(claimed, run_id)
-        return claimed
+        if claimed is None:
+            return None
+        thread, read = claimed
+        self._remember_claim(thread, run_id)
+        with self._io.guard("owner"):
+            self._claim_reads[(thread, run_id)] = read
+        return thread
 
     claim_queued = blocking(_claim_queued)
+
+    def claimed_read(self, thread_id: str, run_id: str) -> ThreadRead | None:
+        """The read the claim of ``run_id`` made (``feed.py``), once; no I/O."""
+        with self._io.guard("owner"):
+            return self._claim_reads.pop((thread_id, run_id), None)
 
     # Grants (``grants.py``) -------------------------------------------------------------
     def _list_grants(self, filter: GrantFilter) -> Step[list[GrantRecord]]:

@@ -44,7 +44,7 @@ from handrail.checkpoint.base import (
 from handrail.checkpoint.postgres._base import INDEXED_BYTES, Op, Query, Row, Tables
 from handrail.checkpoint.serde import dumps
 
-__all__ = ["ReadSQL", "page_key"]
+__all__ = ["ReadSQL", "page_key", "read_rows", "read_sql"]
 
 
 class ReadSQL(Tables):
@@ -54,37 +54,9 @@ class ReadSQL(Tables):
         self, thread_id: str, after_seq: int, upto_seq: int | None, from_reading: bool = False
     ) -> Op[ThreadRead]:
         # one statement, so one snapshot: the record, the saved reading and the events of one instant
-        upto = " AND e.seq <= %(upto)s" if upto_seq is not None else ""
-        after = "%(after)s"
-        saved = ""
-        nulls = ", ".join(["NULL"] * _RECORD_WIDTH)  # in place of the record's columns
-        if from_reading and not after_seq and upto_seq is None:
-            after = f"COALESCE((SELECT r.seq FROM {self.readings} AS r WHERE r.thread_id = %(thread)s), 0)"
-            saved = (
-                f"UNION ALL SELECT 2, {nulls}, r.seq, 'reading', "
-                f"r.created_at, r.payload FROM {self.readings} AS r WHERE r.thread_id = %(thread)s "
-            )
-        sql = (
-            f"SELECT 0, {self.record_columns}, NULL::bigint, NULL::text, NULL::double precision, "
-            f"NULL::bytea FROM {self.threads} AS t WHERE t.thread_id = %(thread)s {saved}UNION ALL "
-            f"(SELECT 1, {nulls}, e.seq, e.kind, e.created_at, "
-            f"e.payload FROM {self.events} AS e WHERE e.thread_id = %(thread)s AND e.seq > {after}{upto} "
-            "ORDER BY e.seq)"
-        )
+        sql = read_sql(self, "%(thread)s", after_seq, upto_seq, from_reading)
         (result,) = yield [Query(sql, {"thread": thread_id, "after": after_seq, "upto": upto_seq})]
-        record = reading = None
-        events = []
-        start = 1 + _RECORD_WIDTH
-        for row in result.rows:
-            if row[0] == 0:
-                record = _record(row[1:start])
-            elif row[0] == 2:
-                reading = event_from_row(thread_id, *row[start:])
-            else:
-                events.append(event_from_row(thread_id, *row[start:]))
-        if any(a.seq >= b.seq for a, b in itertools.pairwise(events)):
-            events.sort(key=lambda event: event.seq)  # the rows came in another order
-        return ThreadRead(record=record, events=events, reading=reading)
+        return read_rows(thread_id, result.rows)
 
     def get_thread(self, thread_id: str) -> Op[ThreadRecord | None]:
         (result,) = yield [Query(self.record_select + " WHERE t.thread_id = %s", (thread_id,))]
@@ -230,6 +202,46 @@ class ReadSQL(Tables):
                 )
             items.append(PendingItem(thread_id=thread_id, review=review, metadata=metadata))
         return items
+
+
+def read_sql(tables: Tables, thread: str, after_seq: int, upto_seq: int | None, from_reading: bool) -> str:
+    """The statement of a read of the thread whose id is the SQL expression ``thread``
+    (a parameter, or the setting a claim left: ``feed.py``): its rows make a
+    :class:`ThreadRead` (:func:`read_rows`). Its parameters: ``after`` and ``upto``."""
+    upto = " AND e.seq <= %(upto)s" if upto_seq is not None else ""
+    after = "%(after)s"
+    saved = ""
+    nulls = ", ".join(["NULL"] * _RECORD_WIDTH)  # in place of the record's columns
+    if from_reading and not after_seq and upto_seq is None:
+        after = f"COALESCE((SELECT r.seq FROM {tables.readings} AS r WHERE r.thread_id = {thread}), 0)"
+        saved = (
+            f"UNION ALL SELECT 2, {nulls}, r.seq, 'reading', "
+            f"r.created_at, r.payload FROM {tables.readings} AS r WHERE r.thread_id = {thread} "
+        )
+    return (
+        f"SELECT 0, {tables.record_columns}, NULL::bigint, NULL::text, NULL::double precision, "
+        f"NULL::bytea FROM {tables.threads} AS t WHERE t.thread_id = {thread} {saved}UNION ALL "
+        f"(SELECT 1, {nulls}, e.seq, e.kind, e.created_at, "
+        f"e.payload FROM {tables.events} AS e WHERE e.thread_id = {thread} AND e.seq > {after}{upto} "
+        "ORDER BY e.seq)"
+    )
+
+
+def read_rows(thread_id: str, rows: list[Row]) -> ThreadRead:
+    """A read's rows (:func:`read_sql`) as the record, the saved reading and the events."""
+    record = reading = None
+    events = []
+    start = 1 + _RECORD_WIDTH
+    for row in rows:
+        if row[0] == 0:
+            record = _record(row[1:start])
+        elif row[0] == 2:
+            reading = event_from_row(thread_id, *row[start:])
+        else:
+            events.append(event_from_row(thread_id, *row[start:]))
+    if any(a.seq >= b.seq for a, b in itertools.pairwise(events)):
+        events.sort(key=lambda event: event.seq)  # the rows came in another order
+    return ThreadRead(record=record, events=events, reading=reading)
 
 
 _INBOX_COLUMNS = (
