@@ -22,8 +22,8 @@ from handrail.errors import stored_time
 from handrail.messages import AIMessage, BaseMessage, ToolMessage
 from handrail.review.quorum import progress
 from handrail.review.terms import calls_asked
+from handrail.runtime.checkpoint_ids import checkpoint_id_of
 from handrail.runtime.events import Event
-from handrail.runtime.fold import checkpoint_id_of
 from handrail.types import AuditEntry
 
 __all__ = ["TrailReader"]

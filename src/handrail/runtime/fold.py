@@ -21,10 +21,11 @@ from handrail.messages import AIMessage, BaseMessage, ToolMessage, merge_message
 from handrail.review import Answer, answers_from, reviewer_id
 from handrail.review.quorum import count_votes
 from handrail.review.terms import needs_count
+from handrail.runtime.checkpoint_ids import checkpoint_id_of
 from handrail.runtime.events import CHECKPOINT_KINDS, Event
 from handrail.runtime.pending import InterruptRecord, StartedTool, pending_tool_calls
 
-__all__ = ["BOUND_METADATA", "Reducer", "ThreadFold", "as_next", "checkpoint_id_of", "seq_of_checkpoint"]
+__all__ = ["BOUND_METADATA", "Reducer", "ThreadFold", "as_next"]
 
 BOUND_METADATA = ("assistant_id", "graph_id")
 """Thread metadata keys that name the agent a thread belongs to: set once, by its first
@@ -503,18 +504,6 @@ def _terms(raw: Any) -> dict[str, Any] | None:
 
 
 _id_of = attrgetter("id")
-
-
-def checkpoint_id_of(seq: int) -> str:
-    """The public id of the checkpoint at event ``seq``."""
-    return f"{seq:010d}"
-
-
-def seq_of_checkpoint(checkpoint_id: str) -> int | None:
-    """The event number a checkpoint id names, or None if it is not one of ours."""
-    if isinstance(checkpoint_id, str) and checkpoint_id.isdigit() and len(checkpoint_id) == 10:
-        return int(checkpoint_id)
-    return None
 
 
 def as_next(value: Any) -> tuple[str, ...]:

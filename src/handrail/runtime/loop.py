@@ -15,11 +15,12 @@ from handrail.context import Runtime
 from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.review.quorum import CallApprovals, progress
 from handrail.runtime import rules
+from handrail.runtime.checkpoint_ids import checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.commit import Persist, buffer, flush
 from handrail.runtime.compat import recursion_limit
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import Event
-from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime.fold import ThreadFold
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
 from handrail.runtime.recovery import unfinished_tool_interrupts

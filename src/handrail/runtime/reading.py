@@ -22,9 +22,10 @@ from handrail.checkpoint.integrity import GENESIS, ChainWalk, walk
 from handrail.errors import InvalidInputError, SerializationError, stored_time
 from handrail.review.response_schema import response_schema
 from handrail.runtime import rules
+from handrail.runtime.checkpoint_ids import checkpoint_id_of, seq_of_checkpoint
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
-from handrail.runtime.fold import ThreadFold, checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime.fold import ThreadFold
 from handrail.runtime.fold_codec import from_snapshot, restore_reading
 from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.spec import AgentSpec
