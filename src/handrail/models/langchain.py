@@ -46,7 +46,7 @@ from handrail.messages import (
     ToolMessage,
     new_id,
 )
-from handrail.models._common import content_text, to_openai_tool
+from handrail.models._wire import content_text, to_openai_tool
 from handrail.models.base import ChatModel, ToolSpec
 from handrail.tools import Tool, ToolArgumentsError
 
