@@ -28,8 +28,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-import pydantic
-
 from handrail.messages import AIMessage, AIMessageChunk, BaseMessage
 from handrail.models._wire import preview, status_error
 from handrail.models.base import ChatModel, ToolSpec
@@ -447,6 +445,8 @@ class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
         own = self._translate_own(exc)
         if own is not None:
             return own
+        import pydantic  # loaded with the SDK already; not on `import handrail`
+
         if isinstance(exc, (json.JSONDecodeError, pydantic.ValidationError)):
             return self._bad_body(exc)
         if isinstance(exc, self._sdk_error):
