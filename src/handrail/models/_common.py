@@ -23,6 +23,7 @@ import json
 import os
 import threading
 import weakref
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -224,17 +225,17 @@ class AdapterModel(ChatModel):
         """Async :meth:`stream`."""
         return self._astream(ModelCall(messages, tools, tool_choice, settings))
 
-    def _invoke(self, call: ModelCall) -> AIMessage:
-        raise NotImplementedError
+    @abstractmethod
+    def _invoke(self, call: ModelCall) -> AIMessage: ...
 
-    async def _ainvoke(self, call: ModelCall) -> AIMessage:
-        raise NotImplementedError
+    @abstractmethod
+    async def _ainvoke(self, call: ModelCall) -> AIMessage: ...
 
-    def _stream(self, call: ModelCall) -> Iterator[AIMessageChunk]:
-        raise NotImplementedError
+    @abstractmethod
+    def _stream(self, call: ModelCall) -> Iterator[AIMessageChunk]: ...
 
-    def _astream(self, call: ModelCall) -> AsyncIterator[AIMessageChunk]:
-        raise NotImplementedError
+    @abstractmethod
+    def _astream(self, call: ModelCall) -> AsyncIterator[AIMessageChunk]: ...
 
 
 class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
@@ -300,8 +301,8 @@ class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
         )
 
     # Clients ------------------------------------------------------------------------------
-    def _client_options(self) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def _client_options(self) -> dict[str, Any]: ...
 
     def _new_client(self, client_type: Callable[..., Any]) -> Any:
         return client_type(**self._client_options())
@@ -326,6 +327,7 @@ class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
         await self._clients.aclose()
 
     # Calls --------------------------------------------------------------------------------
+    @abstractmethod
     def request_body(
         self,
         messages: Sequence[BaseMessage],
@@ -334,11 +336,12 @@ class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
         settings: Mapping[str, Any],
     ) -> dict[str, Any]:
         """The API request for one call (before SDK keyword splitting)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _endpoint(self, client: Any) -> Callable[..., Any]:
         """The SDK's ``create`` on ``client``."""
-        raise NotImplementedError
+        ...
 
     def _create_kwargs(self, create: Any, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
         return split_known_params(create, {**body, "stream": True} if stream else body)
@@ -382,15 +385,16 @@ class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
         yield reader.finish()
 
     # Answers and errors -------------------------------------------------------------------
+    @abstractmethod
     def _stream_reader(self) -> Any:
         """A fresh reader of stream events (``feed(event)`` -> chunks, ``finish()``)."""
-        raise NotImplementedError
+        ...
 
-    def _is_answer(self, answer: Any) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def _is_answer(self, answer: Any) -> bool: ...
 
-    def _read_answer(self, answer: Any) -> AIMessage:
-        raise NotImplementedError
+    @abstractmethod
+    def _read_answer(self, answer: Any) -> AIMessage: ...
 
     def _parse(self, answer: Any) -> AIMessage:
         if not self._is_answer(answer):
