@@ -33,7 +33,7 @@ from handrail.messages import (
     ToolMessage,
     new_id,
 )
-from handrail.models._common import ToolCallAssembler, content_text, tool_choice_name, tool_parts
+from handrail.models._wire import ToolCallAssembler, content_text, tool_choice_name, tool_parts
 from handrail.models.base import ToolSpec
 from handrail.models.errors import ModelResponseError
 

@@ -1,29 +1,42 @@
-"""Pieces the provider adapters share: argument parsing, tool-call assembly, request
-splitting, status-error translation. Nothing here talks to the network."""
+"""The shared body of the model adapters: the four calls written once.
+
+Rules of this module:
+
+- :class:`AdapterModel` owns the public signatures of ``invoke`` / ``ainvoke`` /
+  ``stream`` / ``astream``; an adapter implements the four hooks over one
+  :class:`ModelCall` (the scripted and LangChain adapters).
+- :class:`SDKChatModel` is the base of the adapters over a provider's official SDK
+  (OpenAI, Anthropic: both SDKs share one shape). It owns the clients, the calls, the
+  reading of answers and the SDK's shared exceptions; an adapter keeps only what
+  differs: the request body, the SDK's ``create``, its wire module's answer and stream
+  readers, and the exceptions only its SDK has.
+- Sync and async are one logic: the request is built and the answer read by the same
+  methods around the one line that calls the SDK (``create(...)`` or ``await create(...)``).
+- Nothing here knows a wire format (that is ``_wire.py`` and the provider's module).
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
+import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-import orjson
-
-from handrail.messages import BaseMessage, InvalidToolCall, ToolCall, ToolCallChunk
-from handrail.models.base import ToolSpec
+from handrail.messages import AIMessage, AIMessageChunk, BaseMessage
+from handrail.models._wire import preview, status_error
+from handrail.models.base import ChatModel, ToolSpec
 from handrail.models.errors import (
-    ModelAuthenticationError,
-    ModelContextLengthError,
+    ModelConnectionError,
     ModelError,
-    ModelRateLimitError,
-    ModelRequestError,
-    ModelServerError,
-    error_detail,
-    looks_like_context_overflow,
+    ModelResponseError,
+    ModelTimeoutError,
 )
 
 if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import handrail`
@@ -31,17 +44,11 @@ if TYPE_CHECKING:  # asyncio loads when something runs async, not on `import han
 
 __all__ = [
     "LOCAL_SERVER_KEY",
+    "AdapterModel",
     "LazyClients",
-    "ToolCallAssembler",
-    "content_text",
-    "parse_tool_call",
-    "preview",
+    "ModelCall",
+    "SDKChatModel",
     "split_known_params",
-    "status_error",
-    "system_and_rest",
-    "to_openai_tool",
-    "tool_choice_name",
-    "tool_parts",
 ]
 
 LOCAL_SERVER_KEY = "not-needed"
@@ -127,93 +134,6 @@ class LazyClients(Generic[SyncClient, AsyncClient]):
             await client.close()
 
 
-def content_text(content: str | list[Any]) -> str:
-    """Plain text of message content: a string, or the text blocks of a list joined."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-    return "".join(parts)
-
-
-def parse_tool_call(
-    name: str | None,
-    raw: str | None,
-    call_id: str | None,
-    *,
-    into: list[ToolCall],
-    invalid: list[InvalidToolCall],
-) -> None:
-    """Parse a tool call's raw JSON arguments; append it to ``into``, or to ``invalid``
-    with the reason when they are not a JSON object (or the call has no name).
-
-    Empty arguments mean ``{}`` (a tool without parameters).
-    """
-    text = raw or ""
-    error: str | None = None
-    args: Any = None
-    if not name:
-        error = "the tool call has no name"
-    else:
-        try:
-            args = orjson.loads(text) if text.strip() else {}
-        except orjson.JSONDecodeError as exc:
-            error = f"arguments are not valid JSON: {exc}"
-        else:
-            if not isinstance(args, dict):
-                error = f"arguments must be a JSON object, got {type(args).__name__}"
-    if error is not None:
-        invalid.append(
-            InvalidToolCall(name=name, args=raw, id=call_id, error=error, type="invalid_tool_call")
-        )
-    else:
-        into.append(ToolCall(name=name or "", args=args, id=call_id, type="tool_call"))
-
-
-def preview(value: Any) -> str:
-    """A short repr of something unexpected a server sent, for error messages."""
-    text = value if isinstance(value, str) else repr(value)
-    return repr(text[:120] + ("..." if len(text) > 120 else ""))
-
-
-def tool_parts(spec: ToolSpec) -> tuple[str, str, dict[str, Any]]:
-    """``(name, description, parameters)`` of a handrail tool spec."""
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a tool spec needs a 'name', got {dict(spec)!r}")
-    parameters = spec.get("parameters") or {"type": "object", "properties": {}}
-    return name, str(spec.get("description") or ""), dict(parameters)
-
-
-def to_openai_tool(spec: ToolSpec) -> dict[str, Any]:
-    """A handrail tool spec as an OpenAI function tool (``{"type": "function", "function"}``),
-    the shape most libraries take. A spec already in that shape passes as is."""
-    if spec.get("type") == "function" and isinstance(spec.get("function"), Mapping):
-        return dict(spec)
-    name, description, parameters = tool_parts(spec)
-    function: dict[str, Any] = {"name": name, "parameters": parameters}
-    if description:
-        function["description"] = description
-    return {"type": "function", "function": function}
-
-
-def tool_choice_name(choice: Any) -> str | None:
-    """The tool a ``tool_choice`` forces, when it names one (a string that is not a mode)."""
-    if isinstance(choice, str) and choice not in ("auto", "none", "any", "required"):
-        return choice
-    return None
-
-
-def system_and_rest(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]]:
-    """Split messages into the system ones and the conversation."""
-    system = [m for m in messages if m.type == "system"]
-    return system, [m for m in messages if m.type != "system"]
-
-
 @functools.cache
 def _accepted_params(function: Callable[..., Any]) -> frozenset[str]:
     parameters = inspect.signature(function).parameters
@@ -238,113 +158,325 @@ def split_known_params(create: Callable[..., Any], request: dict[str, Any]) -> d
     return known
 
 
-@dataclass
-class _Slot:
-    index: int
-    id: str | None = None
-    name: str = ""
+@dataclass(frozen=True)
+class ModelCall:
+    """One call's input, as ``invoke`` / ``ainvoke`` / ``stream`` / ``astream`` received it."""
+
+    messages: Sequence[BaseMessage]
+    tools: Sequence[ToolSpec] | None = None
+    tool_choice: Any = None
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
-class ToolCallAssembler:
-    """Turns streamed tool-call deltas into :class:`ToolCallChunk` s with stable indexes.
+class AdapterModel(ChatModel):
+    """A :class:`ChatModel` whose four calls hand one :class:`ModelCall` to hooks.
 
-    Providers number streamed tool calls by ``index``; the id and name come in the first
-    delta and argument JSON in the following ones. Some OpenAI-compatible servers repeat
-    the name in every delta or reuse an index for a second call; here a repeated name is
-    sent once, and a new id on a used index opens a new call.
+    Implement :meth:`_invoke`, :meth:`_ainvoke`, :meth:`_stream` and :meth:`_astream`.
     """
 
-    def __init__(self) -> None:
-        self._slots: dict[Any, _Slot] = {}
-        self._count = 0
-        self._last: _Slot | None = None
+    def invoke(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        tool_choice: Any = None,
+        **settings: Any,
+    ) -> AIMessage:
+        """Send ``messages`` (a leading SystemMessage is the system prompt) and return
+        the model's answer; ``settings`` override the model's own for this call.
 
-    def delta(
-        self, key: Any, call_id: str | None, name: str | None, arguments: str | None
-    ) -> ToolCallChunk | None:
-        slot = self._slots.get(key) if key is not None else self._last
-        if slot is None or (call_id and slot.id and call_id != slot.id):
-            slot = _Slot(index=self._count)
-            self._count += 1
-            self._slots[key] = slot
-        self._last = slot
-        new_id = call_id if call_id and not slot.id else None
-        if new_id:
-            slot.id = new_id
-        new_name = name if name and name != slot.name else None
-        if new_name:
-            slot.name += new_name
-        if not (new_id or new_name or arguments):
-            return None
-        return ToolCallChunk(
-            name=new_name, args=arguments or "", id=new_id, index=slot.index, type="tool_call_chunk"
-        )
+        Example::
+
+            model.invoke([SystemMessage("Be brief."), HumanMessage("hi")], tools=[my_tool.spec()])
+        """
+        return self._invoke(ModelCall(messages, tools, tool_choice, settings))
+
+    async def ainvoke(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        tool_choice: Any = None,
+        **settings: Any,
+    ) -> AIMessage:
+        """Async :meth:`invoke`."""
+        return await self._ainvoke(ModelCall(messages, tools, tool_choice, settings))
+
+    def stream(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        tool_choice: Any = None,
+        **settings: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """Yield the answer as it is generated: text deltas, then tool-call pieces, then a
+        last chunk with the finish reason and usage."""
+        return self._stream(ModelCall(messages, tools, tool_choice, settings))
+
+    def astream(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        tool_choice: Any = None,
+        **settings: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """Async :meth:`stream`."""
+        return self._astream(ModelCall(messages, tools, tool_choice, settings))
+
+    @abstractmethod
+    def _invoke(self, call: ModelCall) -> AIMessage: ...
+
+    @abstractmethod
+    async def _ainvoke(self, call: ModelCall) -> AIMessage: ...
+
+    @abstractmethod
+    def _stream(self, call: ModelCall) -> Iterator[AIMessageChunk]: ...
+
+    @abstractmethod
+    def _astream(self, call: ModelCall) -> AsyncIterator[AIMessageChunk]: ...
 
 
-_RATE_LIMIT_KINDS = ("rate_limit_error", "rate_limit_exceeded", "insufficient_quota")
-_SERVER_KINDS = ("api_error", "overloaded_error", "server_error")
+class SDKChatModel(AdapterModel, Generic[SyncClient, AsyncClient]):
+    """The adapters over a provider's official SDK (see the module's rules).
 
-
-def status_error(
-    *,
-    provider: str,
-    model: str,
-    status: int | None,
-    body: Any,
-    fallback: str,
-    request_id: str | None,
-    key_env: str,
-    retries: int,
-) -> ModelError:
-    """The :class:`ModelError` for an HTTP error answer (or an error event in a stream).
-
-    ``status`` may be 200 for an error event inside a stream; then the error's own type
-    (``overloaded_error``, ``rate_limit_error``, ...) decides.
+    A subclass sets the class attributes below and implements :meth:`request_body`,
+    :meth:`_endpoint`, :meth:`_is_answer`, :meth:`_read_answer`, :meth:`_stream_reader`
+    and :meth:`_client_options`; :meth:`_create_kwargs`, :meth:`_new_client` and
+    :meth:`_translate_own` when its SDK needs more.
     """
-    detail, code = error_detail(body, fallback)
-    kind = (code or "").lower()
-    extra = {"provider": provider, "status_code": status, "request_id": request_id, "body": body}
-    streamed = not status or status == 200
-    shown = "error event in the stream" if streamed else f"HTTP {status}"
-    retried = "" if streamed else f" and {retries} automatic retries did not help"
-    if status == 401 or kind == "authentication_error":
-        return ModelAuthenticationError(
-            f"{provider} rejected the API key ({shown}): {detail}. Check the key: set the "
-            f"{key_env} environment variable or pass api_key=... to init_chat_model.",
-            **extra,
+
+    _sdk: ClassVar[Any]
+    """The SDK module (``openai``, ``anthropic``)."""
+    _sdk_error: ClassVar[type[Exception]]
+    """The root of the SDK's exceptions."""
+    _sdk_name: ClassVar[str]
+    _client_types: ClassVar[tuple[Callable[..., Any], Callable[..., Any]]]
+    """The SDK's sync and async client classes."""
+    _key_env: ClassVar[str]
+    _base_url_env: ClassVar[str]
+    _default_url: ClassVar[str]
+    _answer_kind: ClassVar[str]
+    """What the API answers (``"chat completion"``), for error messages."""
+    _root_example: ClassVar[str]
+    _timeout_hint: ClassVar[str]
+    _connection_hint: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        example: str,
+        api_key: str | None,
+        base_url: str | None,
+        temperature: float | None,
+        max_tokens: int | None,
+        timeout: float | None,
+        max_retries: int,
+        parallel_tool_calls: bool | None,
+        default_headers: Mapping[str, str] | None,
+        client: SyncClient | None,
+        async_client: AsyncClient | None,
+        model_kwargs: dict[str, Any],
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{type(self).__name__} needs a model name, e.g. {example!r}")
+        self.model_name = model
+        self.base_url = base_url
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.parallel_tool_calls = parallel_tool_calls
+        self.default_headers = dict(default_headers or {})
+        self.model_kwargs = model_kwargs
+        self._api_key = api_key
+        sync_type, async_type = self._client_types
+        self._clients: LazyClients[SyncClient, AsyncClient] = LazyClients(
+            lambda: self._new_client(sync_type),
+            lambda: self._new_client(async_type),
+            sync=client,
+            async_=async_client,
         )
-    if status == 403 or kind == "permission_error":
-        return ModelAuthenticationError(
-            f"{provider} refused the request ({shown}, permission denied): {detail}. The key is "
-            f"valid but may not use {model!r} or this endpoint.",
-            **extra,
+
+    # Clients ------------------------------------------------------------------------------
+    @abstractmethod
+    def _client_options(self) -> dict[str, Any]: ...
+
+    def _new_client(self, client_type: Callable[..., Any]) -> Any:
+        return client_type(**self._client_options())
+
+    def _resolved_base_url(self) -> str | None:
+        return self.base_url or os.environ.get(self._base_url_env) or None
+
+    def client(self) -> SyncClient:
+        """The sync SDK client, created on first use."""
+        return self._clients.sync()
+
+    def async_client(self) -> AsyncClient:
+        """The async SDK client of the running event loop, created on first use there."""
+        return self._clients.async_()
+
+    def close(self) -> None:
+        """Close the sync client's connections (the async one: :meth:`aclose`)."""
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        """Close the running event loop's async client."""
+        await self._clients.aclose()
+
+    # Calls --------------------------------------------------------------------------------
+    @abstractmethod
+    def request_body(
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[ToolSpec] | None,
+        tool_choice: Any,
+        settings: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The API request for one call (before SDK keyword splitting)."""
+        ...
+
+    @abstractmethod
+    def _endpoint(self, client: Any) -> Callable[..., Any]:
+        """The SDK's ``create`` on ``client``."""
+        ...
+
+    def _create_kwargs(self, create: Any, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+        return split_known_params(create, {**body, "stream": True} if stream else body)
+
+    def _send(self, call: ModelCall, client: Callable[[], Any], *, stream: bool) -> Any:
+        """Build the request, then call the SDK on ``client()``: its answer (a stream when
+        ``stream``), or the awaitable of it on an async client."""
+        body = self.request_body(call.messages, call.tools, call.tool_choice, call.settings)
+        create = self._endpoint(client())
+        return create(**self._create_kwargs(create, body, stream=stream))
+
+    def _invoke(self, call: ModelCall) -> AIMessage:
+        with self._errors():
+            return self._parse(self._send(call, self.client, stream=False))
+
+    async def _ainvoke(self, call: ModelCall) -> AIMessage:
+        with self._errors():
+            return self._parse(await self._send(call, self.async_client, stream=False))
+
+    def _stream(self, call: ModelCall) -> Iterator[AIMessageChunk]:
+        reader = self._stream_reader()
+        with self._errors():
+            events = self._send(call, self.client, stream=True)
+            try:
+                for event in events:
+                    yield from reader.feed(event)
+            finally:
+                events.close()
+        yield reader.finish()
+
+    async def _astream(self, call: ModelCall) -> AsyncIterator[AIMessageChunk]:
+        reader = self._stream_reader()
+        with self._errors():
+            events = await self._send(call, self.async_client, stream=True)
+            try:
+                async for event in events:
+                    for chunk in reader.feed(event):
+                        yield chunk
+            finally:
+                await events.close()
+        yield reader.finish()
+
+    # Answers and errors -------------------------------------------------------------------
+    @abstractmethod
+    def _stream_reader(self) -> Any:
+        """A fresh reader of stream events (``feed(event)`` -> chunks, ``finish()``)."""
+        ...
+
+    @abstractmethod
+    def _is_answer(self, answer: Any) -> bool: ...
+
+    @abstractmethod
+    def _read_answer(self, answer: Any) -> AIMessage: ...
+
+    def _parse(self, answer: Any) -> AIMessage:
+        if not self._is_answer(answer):
+            raise ModelResponseError(
+                f"the server at {self._where()} did not answer with a {self._answer_kind} "
+                f"(got {preview(answer)}); is base_url the API root, e.g. {self._root_example!r}?",
+                provider=self.provider,
+            )
+        try:
+            return self._read_answer(answer)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ModelResponseError(
+                f"could not read the {self._answer_kind} from {self._where()}: {exc}",
+                provider=self.provider,
+            ) from exc
+
+    def _where(self) -> str:
+        client = self._clients.existing()
+        if client is not None:
+            return str(client.base_url)
+        return self._resolved_base_url() or self._default_url
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Translate the SDK's exceptions into :mod:`handrail.models.errors`."""
+        try:
+            yield
+        except ModelError:
+            raise
+        except Exception as exc:
+            error = self._translate(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def _translate(self, exc: Exception) -> ModelError | None:
+        sdk = self._sdk
+        if isinstance(exc, sdk.APIStatusError):
+            return self._status_error(exc.status_code, exc.body, exc.message, exc.request_id)
+        if isinstance(exc, sdk.APITimeoutError):
+            return ModelTimeoutError(
+                f"{self._where()} did not answer in time ({self.max_retries} retries); raise "
+                f"timeout=... or {self._timeout_hint}",
+                provider=self.provider,
+            )
+        if isinstance(exc, sdk.APIConnectionError):
+            return ModelConnectionError(
+                f"could not connect to {self._where()} ({self.max_retries} retries): "
+                f"{exc.__cause__ or exc}. {self._connection_hint}",
+                provider=self.provider,
+            )
+        own = self._translate_own(exc)
+        if own is not None:
+            return own
+        import pydantic  # loaded with the SDK already; not on `import handrail`
+
+        if isinstance(exc, (json.JSONDecodeError, pydantic.ValidationError)):
+            return self._bad_body(exc)
+        if isinstance(exc, self._sdk_error):
+            return ModelError(f"the {self._sdk_name} SDK failed: {exc}", provider=self.provider)
+        return None
+
+    def _translate_own(self, exc: Exception) -> ModelError | None:
+        """The error for an exception only this SDK has (None: not one of those)."""
+        return None
+
+    def _bad_body(self, exc: Exception) -> ModelError:
+        return ModelResponseError(
+            f"{self._where()} sent a body that is not valid JSON of the expected shape: {exc}",
+            provider=self.provider,
         )
-    if status == 429 or kind in _RATE_LIMIT_KINDS:
-        return ModelRateLimitError(
-            f"{provider} is rate limiting these requests ({shown}){retried}: {detail}. Wait and "
-            "run again (invoke(None, config) continues the thread), raise max_retries, or check "
-            "the account's quota.",
-            **extra,
+
+    def _status_error(
+        self, status: int | None, body: Any, fallback: str, request_id: str | None
+    ) -> ModelError:
+        return status_error(
+            provider=self.provider,
+            model=self.model_name,
+            status=status,
+            body=body,
+            fallback=fallback,
+            request_id=request_id,
+            key_env=self._key_env,
+            retries=self.max_retries,
         )
-    is_client_error = status is not None and 400 <= status < 500
-    if status == 413 or (is_client_error and looks_like_context_overflow(code, detail)):
-        return ModelContextLengthError(
-            f"the conversation is too long for {model!r} ({shown}): {detail}. Shorten the "
-            "history (drop or summarise old messages and long tool results) or lower max_tokens.",
-            **extra,
-        )
-    if status == 404 or kind == "not_found_error":
-        return ModelRequestError(
-            f"{provider} answered {shown} (not found): {detail}. Check the model name "
-            f"{model!r} and the base_url.",
-            **extra,
-        )
-    if is_client_error:
-        return ModelRequestError(f"{provider} refused the request ({shown}): {detail}", **extra)
-    if kind in _SERVER_KINDS or streamed or (status is not None and status >= 500):
-        return ModelServerError(
-            f"{provider} failed ({shown}){retried}: {detail}. Try again later; "
-            "invoke(None, config) continues the thread.",
-            **extra,
-        )
-    return ModelError(f"{provider} answered {shown}: {detail}", **extra)

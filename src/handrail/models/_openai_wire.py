@@ -20,7 +20,7 @@ from handrail.messages import (
     ToolMessage,
     new_id,
 )
-from handrail.models._common import (
+from handrail.models._wire import (
     ToolCallAssembler,
     content_text,
     parse_tool_call,

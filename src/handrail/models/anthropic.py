@@ -16,17 +16,14 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import anthropic
-import pydantic
 from anthropic.types import Message
 
-from handrail.messages import AIMessage, AIMessageChunk, BaseMessage
+from handrail.messages import AIMessage, BaseMessage
 from handrail.models._anthropic_wire import (
     StreamReader,
     anthropic_tool_choice,
@@ -36,23 +33,10 @@ from handrail.models._anthropic_wire import (
     to_anthropic_tool,
     usage_metadata,
 )
-from handrail.models._common import (
-    LOCAL_SERVER_KEY,
-    LazyClients,
-    preview,
-    split_known_params,
-    status_error,
-    system_and_rest,
-)
-from handrail.models.base import ChatModel, ToolSpec
-from handrail.models.errors import (
-    MissingAPIKeyError,
-    ModelAuthenticationError,
-    ModelConnectionError,
-    ModelError,
-    ModelResponseError,
-    ModelTimeoutError,
-)
+from handrail.models._common import LOCAL_SERVER_KEY, SDKChatModel
+from handrail.models._wire import system_and_rest
+from handrail.models.base import ToolSpec
+from handrail.models.errors import MissingAPIKeyError, ModelAuthenticationError, ModelError
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -68,7 +52,7 @@ DEFAULT_MAX_TOKENS = 4096
 """``max_tokens`` when none is given (the Messages API requires one)."""
 
 
-class AnthropicChatModel(ChatModel):
+class AnthropicChatModel(SDKChatModel[anthropic.Anthropic, anthropic.AsyncAnthropic]):
     """A Claude model over the Anthropic Messages API.
 
     Args:
@@ -92,6 +76,17 @@ class AnthropicChatModel(ChatModel):
     """
 
     provider = "anthropic"
+    _sdk: ClassVar[Any] = anthropic
+    _sdk_error = anthropic.AnthropicError
+    _sdk_name = "Anthropic"
+    _client_types = (anthropic.Anthropic, anthropic.AsyncAnthropic)
+    _key_env = "ANTHROPIC_API_KEY"
+    _base_url_env = "ANTHROPIC_BASE_URL"
+    _default_url = "https://api.anthropic.com"
+    _answer_kind = "message"
+    _root_example = "https://api.anthropic.com"
+    _timeout_hint = "stream long answers"
+    _connection_hint = "Is base_url right?"
 
     def __init__(
         self,
@@ -109,20 +104,20 @@ class AnthropicChatModel(ChatModel):
         async_client: anthropic.AsyncAnthropic | None = None,
         **model_kwargs: Any,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ValueError("AnthropicChatModel needs a model name, e.g. 'claude-sonnet-4-5'")
-        self.model_name = model
-        self.base_url = base_url
-        self.max_tokens = max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS
-        self.temperature = temperature
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.parallel_tool_calls = parallel_tool_calls
-        self.default_headers = dict(default_headers or {})
-        self.model_kwargs = model_kwargs
-        self._api_key = api_key
-        self._clients: LazyClients[anthropic.Anthropic, anthropic.AsyncAnthropic] = LazyClients(
-            self._build_client, self._build_async_client, sync=client, async_=async_client
+        super().__init__(
+            model,
+            example="claude-sonnet-4-5",
+            api_key=api_key,
+            base_url=base_url,
+            temperature=temperature,
+            max_tokens=max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
+            timeout=timeout,
+            max_retries=max_retries,
+            parallel_tool_calls=parallel_tool_calls,
+            default_headers=default_headers,
+            client=client,
+            async_client=async_client,
+            model_kwargs=model_kwargs,
         )
 
     # Clients ------------------------------------------------------------------------------
@@ -131,7 +126,7 @@ class AnthropicChatModel(ChatModel):
             "max_retries": self.max_retries,
             "default_headers": self.default_headers or None,
         }
-        base = self.base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        base = self._resolved_base_url()
         if base is not None:
             options["base_url"] = base
         if self._api_key:
@@ -146,7 +141,7 @@ class AnthropicChatModel(ChatModel):
 
     def check_credentials(self) -> None:
         """Raise :class:`MissingAPIKeyError` now if no key is available (no network needed)."""
-        self._build_client()
+        self._new_client(anthropic.Anthropic)
 
     def _checked(self, client: Any) -> None:
         if client.api_key is None and client.auth_token is None and client.credentials is None:
@@ -157,33 +152,11 @@ class AnthropicChatModel(ChatModel):
                 provider="anthropic",
             )
 
-    def _build_client(self) -> anthropic.Anthropic:
+    def _new_client(self, client_type: Callable[..., Any]) -> Any:
         with self._errors():
-            client = anthropic.Anthropic(**self._client_options())
+            client = client_type(**self._client_options())
         self._checked(client)
         return client
-
-    def _build_async_client(self) -> anthropic.AsyncAnthropic:
-        with self._errors():
-            client = anthropic.AsyncAnthropic(**self._client_options())
-        self._checked(client)
-        return client
-
-    def client(self) -> anthropic.Anthropic:
-        """The sync SDK client, created on first use."""
-        return self._clients.sync()
-
-    def async_client(self) -> anthropic.AsyncAnthropic:
-        """The async SDK client of the running event loop, created on first use there."""
-        return self._clients.async_()
-
-    def close(self) -> None:
-        """Close the sync client's connections (the async one: :meth:`aclose`)."""
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        """Close the running event loop's async client."""
-        await self._clients.aclose()
 
     # Requests ------------------------------------------------------------------------------
     def request_body(
@@ -214,149 +187,29 @@ class AnthropicChatModel(ChatModel):
         body.update(params)
         return body
 
-    def invoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        """Send ``messages`` (a leading SystemMessage becomes ``system``); return the answer.
+    def _endpoint(self, client: Any) -> Any:
+        return client.messages.create
 
-        Example::
+    # Answers and errors -------------------------------------------------------------------
+    def _stream_reader(self) -> StreamReader:
+        return StreamReader(self.model_name)
 
-            model.invoke([SystemMessage("Be brief."), HumanMessage("hi")])
-        """
-        body = self.request_body(messages, tools, tool_choice, settings)
-        with self._errors():
-            create = self.client().messages.create
-            message = create(**split_known_params(create, body))
-            return self._parse(message)
+    def _is_answer(self, answer: Any) -> bool:
+        return isinstance(answer, Message) and isinstance(answer.content, list)
 
-    async def ainvoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        """Async :meth:`invoke`, on the SDK's async client."""
-        body = self.request_body(messages, tools, tool_choice, settings)
-        with self._errors():
-            create = self.async_client().messages.create
-            message = await create(**split_known_params(create, body))
-            return self._parse(message)
+    def _read_answer(self, answer: Any) -> AIMessage:
+        return from_anthropic_message(answer)
 
-    def stream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> Iterator[AIMessageChunk]:
-        """Yield the answer as it is generated: text deltas and ``input_json`` pieces of
-        tool calls, then a last chunk with the stop reason and usage."""
-        body = self.request_body(messages, tools, tool_choice, settings)
-        reader = StreamReader(self.model_name)
-        with self._errors():
-            create = self.client().messages.create
-            events = create(**split_known_params(create, {**body, "stream": True}))
-            try:
-                for event in events:
-                    yield from reader.feed(event)
-            finally:
-                events.close()
-        yield reader.finish()
-
-    async def astream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AsyncIterator[AIMessageChunk]:
-        """Async :meth:`stream`, on the SDK's async client."""
-        body = self.request_body(messages, tools, tool_choice, settings)
-        reader = StreamReader(self.model_name)
-        with self._errors():
-            create = self.async_client().messages.create
-            events = await create(**split_known_params(create, {**body, "stream": True}))
-            try:
-                async for event in events:
-                    for chunk in reader.feed(event):
-                        yield chunk
-            finally:
-                await events.close()
-        yield reader.finish()
-
-    # Responses and errors -------------------------------------------------------------------
-    def _parse(self, message: Any) -> AIMessage:
-        if not isinstance(message, Message) or not isinstance(message.content, list):
-            raise ModelResponseError(
-                f"the server at {self._where()} did not answer with a message (got "
-                f"{preview(message)}); is base_url the API root, e.g. 'https://api.anthropic.com'?",
-                provider="anthropic",
-            )
-        try:
-            return from_anthropic_message(message)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ModelResponseError(
-                f"could not read the message from {self._where()}: {exc}", provider="anthropic"
-            ) from exc
-
-    def _where(self) -> str:
-        client = self._clients.existing()
-        if client is not None:
-            return str(client.base_url)
-        return self.base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Translate the SDK's exceptions into :mod:`handrail.models.errors`."""
-        try:
-            yield
-        except ModelError:
-            raise
-        except anthropic.APIStatusError as exc:
-            raise status_error(
-                provider="anthropic",
-                model=self.model_name,
-                status=exc.status_code,
-                body=exc.body,
-                fallback=exc.message,
-                request_id=exc.request_id,
-                key_env="ANTHROPIC_API_KEY",
-                retries=self.max_retries,
-            ) from exc
-        except anthropic.APITimeoutError as exc:
-            raise ModelTimeoutError(
-                f"{self._where()} did not answer in time ({self.max_retries} retries); raise "
-                "timeout=... or stream long answers",
-                provider="anthropic",
-            ) from exc
-        except anthropic.APIConnectionError as exc:
-            raise ModelConnectionError(
-                f"could not connect to {self._where()} ({self.max_retries} retries): "
-                f"{exc.__cause__ or exc}. Is base_url right?",
-                provider="anthropic",
-            ) from exc
-        except (anthropic.APIResponseValidationError, json.JSONDecodeError, pydantic.ValidationError) as exc:
-            raise ModelResponseError(
-                f"{self._where()} sent a body that is not valid JSON of the expected shape: {exc}",
-                provider="anthropic",
-            ) from exc
-        except anthropic.CredentialsError as exc:
-            raise ModelAuthenticationError(
+    def _translate_own(self, exc: Exception) -> ModelError | None:
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            return self._bad_body(exc)
+        if isinstance(exc, anthropic.CredentialsError):
+            return ModelAuthenticationError(
                 f"the Anthropic SDK could not load credentials: {exc}. Set ANTHROPIC_API_KEY or "
                 "pass api_key=... to init_chat_model.",
                 provider="anthropic",
-            ) from exc
-        except anthropic.AnthropicError as exc:
-            raise ModelError(f"the Anthropic SDK failed: {exc}", provider="anthropic") from exc
+            )
+        return None
 
 
 def from_init(model: str, **options: Any) -> AnthropicChatModel:

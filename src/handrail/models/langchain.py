@@ -46,8 +46,8 @@ from handrail.messages import (
     ToolMessage,
     new_id,
 )
-from handrail.models._common import content_text, to_openai_tool
-from handrail.models.base import ChatModel, ToolSpec
+from handrail.models._common import AdapterModel, ModelCall
+from handrail.models._wire import content_text, to_openai_tool
 from handrail.tools import Tool, ToolArgumentsError
 
 __all__ = [
@@ -60,12 +60,14 @@ __all__ = [
 ]
 
 
-class LangChainChatModel(ChatModel):
+class LangChainChatModel(AdapterModel):
     """A LangChain ``BaseChatModel`` behind handrail's :class:`ChatModel` protocol.
 
     Tools are bound per call with ``bind_tools`` (as OpenAI-style function specs, which
     every LangChain chat model accepts); per-call settings travel as keyword arguments
-    of ``invoke`` / ``stream``. Build one with :func:`from_langchain_model`.
+    of ``invoke`` / ``stream``. The async calls use the model's ``ainvoke`` / ``astream``
+    when it has them (else ``invoke`` in a worker thread); a model without ``stream``
+    streams its whole answer as one chunk. Build one with :func:`from_langchain_model`.
     """
 
     provider = "langchain"
@@ -78,8 +80,8 @@ class LangChainChatModel(ChatModel):
             getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
         )
 
-    def _runnable(self, tools: Sequence[ToolSpec] | None, tool_choice: Any) -> Any:
-        if not tools:
+    def _runnable(self, call: ModelCall) -> Any:
+        if not call.tools:
             return self.model
         bind_tools = getattr(self.model, "bind_tools", None)
         if not callable(bind_tools):
@@ -87,72 +89,39 @@ class LangChainChatModel(ChatModel):
                 f"{type(self.model).__name__} cannot call tools: it has no bind_tools(); give the "
                 "agent no tools or use a model that supports tool calling"
             )
-        options = {} if tool_choice is None else {"tool_choice": tool_choice}
-        return bind_tools([to_openai_tool(spec) for spec in tools], **options)
+        options = {} if call.tool_choice is None else {"tool_choice": call.tool_choice}
+        return bind_tools([to_openai_tool(spec) for spec in call.tools], **options)
 
-    def invoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        """Call the LangChain model's ``invoke`` and convert its answer."""
-        answer = self._runnable(tools, tool_choice).invoke(to_langchain_messages(messages), **settings)
+    def _invoke(self, call: ModelCall) -> AIMessage:
+        answer = self._runnable(call).invoke(to_langchain_messages(call.messages), **call.settings)
         return from_langchain_message(answer)
 
-    async def ainvoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        """Call ``ainvoke`` when the model has it, else ``invoke`` in a worker thread."""
-        runnable = self._runnable(tools, tool_choice)
-        payload = to_langchain_messages(messages)
+    async def _ainvoke(self, call: ModelCall) -> AIMessage:
+        runnable = self._runnable(call)
+        payload = to_langchain_messages(call.messages)
         if callable(getattr(runnable, "ainvoke", None)):
-            answer = await runnable.ainvoke(payload, **settings)
+            answer = await runnable.ainvoke(payload, **call.settings)
         else:
-            answer = await asyncio.to_thread(runnable.invoke, payload, **settings)
+            answer = await asyncio.to_thread(runnable.invoke, payload, **call.settings)
         return from_langchain_message(answer)
 
-    def stream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> Iterator[AIMessageChunk]:
-        """Stream through the model's ``stream`` (one whole chunk if it has none)."""
-        runnable = self._runnable(tools, tool_choice)
-        payload = to_langchain_messages(messages)
+    def _stream(self, call: ModelCall) -> Iterator[AIMessageChunk]:
+        runnable = self._runnable(call)
+        payload = to_langchain_messages(call.messages)
         if not callable(getattr(runnable, "stream", None)):
-            yield _whole(from_langchain_message(runnable.invoke(payload, **settings)))
+            yield _whole(from_langchain_message(runnable.invoke(payload, **call.settings)))
             return
         converter = _ChunkConverter()
-        for chunk in runnable.stream(payload, **settings):
+        for chunk in runnable.stream(payload, **call.settings):
             yield converter.convert(chunk)
 
-    async def astream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AsyncIterator[AIMessageChunk]:
-        """Stream through ``astream``; without it, fall back to :meth:`ainvoke`."""
-        runnable = self._runnable(tools, tool_choice)
+    async def _astream(self, call: ModelCall) -> AsyncIterator[AIMessageChunk]:
+        runnable = self._runnable(call)
         if not callable(getattr(runnable, "astream", None)):
-            message = await self.ainvoke(messages, tools=tools, tool_choice=tool_choice, **settings)
-            yield _whole(message)
+            yield _whole(await self._ainvoke(call))
             return
         converter = _ChunkConverter()
-        async for chunk in runnable.astream(to_langchain_messages(messages), **settings):
+        async for chunk in runnable.astream(to_langchain_messages(call.messages), **call.settings):
             yield converter.convert(chunk)
 
 

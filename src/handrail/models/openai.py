@@ -17,25 +17,15 @@ or the environment; a missing key is reported by the first call.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import openai
-import pydantic
 from openai.types.chat import ChatCompletion
 
-from handrail.messages import AIMessage, AIMessageChunk, BaseMessage
-from handrail.models._common import (
-    LOCAL_SERVER_KEY,
-    LazyClients,
-    preview,
-    split_known_params,
-    status_error,
-    to_openai_tool,
-)
+from handrail.messages import AIMessage, BaseMessage
+from handrail.models._common import LOCAL_SERVER_KEY, SDKChatModel, split_known_params
 from handrail.models._openai_wire import (
     StreamReader,
     from_openai_completion,
@@ -43,14 +33,9 @@ from handrail.models._openai_wire import (
     to_openai_messages,
     usage_metadata,
 )
-from handrail.models.base import ChatModel, ToolSpec
-from handrail.models.errors import (
-    MissingAPIKeyError,
-    ModelConnectionError,
-    ModelError,
-    ModelResponseError,
-    ModelTimeoutError,
-)
+from handrail.models._wire import to_openai_tool
+from handrail.models.base import ToolSpec
+from handrail.models.errors import MissingAPIKeyError, ModelError
 
 __all__ = [
     "OpenAIChatModel",
@@ -64,7 +49,7 @@ __all__ = [
 _OFFICIAL_HOST = "api.openai.com"
 
 
-class OpenAIChatModel(ChatModel):
+class OpenAIChatModel(SDKChatModel[openai.OpenAI, openai.AsyncOpenAI]):
     """A chat model served over the OpenAI Chat Completions API.
 
     Args:
@@ -97,6 +82,17 @@ class OpenAIChatModel(ChatModel):
     """
 
     provider = "openai"
+    _sdk: ClassVar[Any] = openai
+    _sdk_error = openai.OpenAIError
+    _sdk_name = "OpenAI"
+    _client_types = (openai.OpenAI, openai.AsyncOpenAI)
+    _key_env = "OPENAI_API_KEY"
+    _base_url_env = "OPENAI_BASE_URL"
+    _default_url = "https://api.openai.com/v1"
+    _answer_kind = "chat completion"
+    _root_example = "http://localhost:8000/v1"
+    _timeout_hint = "check the server"
+    _connection_hint = "Is the server running and base_url right?"
 
     def __init__(
         self,
@@ -117,29 +113,26 @@ class OpenAIChatModel(ChatModel):
         async_client: openai.AsyncOpenAI | None = None,
         **model_kwargs: Any,
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ValueError("OpenAIChatModel needs a model name, e.g. 'gpt-5.4'")
-        self.model_name = model
-        self.base_url = base_url
+        super().__init__(
+            model,
+            example="gpt-5.4",
+            api_key=api_key,
+            base_url=base_url,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout=timeout,
+            max_retries=max_retries,
+            parallel_tool_calls=parallel_tool_calls,
+            default_headers=default_headers,
+            client=client,
+            async_client=async_client,
+            model_kwargs=model_kwargs,
+        )
         self.organization = organization
         self.project = project
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.parallel_tool_calls = parallel_tool_calls
         self.stream_usage = stream_usage
-        self.default_headers = dict(default_headers or {})
-        self.model_kwargs = model_kwargs
-        self._api_key = api_key
-        self._clients: LazyClients[openai.OpenAI, openai.AsyncOpenAI] = LazyClients(
-            self._build_client, self._build_async_client, sync=client, async_=async_client
-        )
 
     # Clients ------------------------------------------------------------------------------
-    def _resolved_base_url(self) -> str | None:
-        return self.base_url or os.environ.get("OPENAI_BASE_URL") or None
-
     def _is_official(self) -> bool:
         client = self._clients.existing()
         base = str(client.base_url) if client is not None else self._resolved_base_url()
@@ -175,28 +168,6 @@ class OpenAIChatModel(ChatModel):
             options["timeout"] = self.timeout
         return options
 
-    def _build_client(self) -> openai.OpenAI:
-        return openai.OpenAI(**self._client_options())
-
-    def _build_async_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(**self._client_options())
-
-    def client(self) -> openai.OpenAI:
-        """The sync SDK client, created on first use."""
-        return self._clients.sync()
-
-    def async_client(self) -> openai.AsyncOpenAI:
-        """The async SDK client of the running event loop, created on first use there."""
-        return self._clients.async_()
-
-    def close(self) -> None:
-        """Close the sync client's connections (the async one: :meth:`aclose`)."""
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        """Close the running event loop's async client."""
-        await self._clients.aclose()
-
     # Requests ------------------------------------------------------------------------------
     def request_body(
         self,
@@ -226,6 +197,9 @@ class OpenAIChatModel(ChatModel):
         body.update(params)
         return body
 
+    def _endpoint(self, client: Any) -> Any:
+        return client.chat.completions.create
+
     def _create_kwargs(self, create: Any, body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
         if stream:
             body = {**body, "stream": True}
@@ -233,155 +207,21 @@ class OpenAIChatModel(ChatModel):
                 body["stream_options"] = {"include_usage": True}
         return split_known_params(create, body)
 
-    def invoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        """Send ``messages`` and return the model's answer.
+    # Answers and errors -------------------------------------------------------------------
+    def _stream_reader(self) -> StreamReader:
+        return StreamReader(self.model_name)
 
-        Example::
+    def _is_answer(self, answer: Any) -> bool:
+        return isinstance(answer, ChatCompletion) and bool(answer.choices)
 
-            model.invoke([HumanMessage("hi")], tools=[my_tool.spec()])
-        """
-        body = self.request_body(messages, tools, tool_choice, settings)
-        with self._errors():
-            create = self.client().chat.completions.create
-            completion = create(**self._create_kwargs(create, body, stream=False))
-            return self._parse(completion)
+    def _read_answer(self, answer: Any) -> AIMessage:
+        return from_openai_completion(answer)
 
-    async def ainvoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        """Async :meth:`invoke`, on the SDK's async client."""
-        body = self.request_body(messages, tools, tool_choice, settings)
-        with self._errors():
-            create = self.async_client().chat.completions.create
-            completion = await create(**self._create_kwargs(create, body, stream=False))
-            return self._parse(completion)
-
-    def stream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> Iterator[AIMessageChunk]:
-        """Yield the answer as it is generated: text deltas, then tool-call pieces, then a
-        last chunk with the finish reason and usage."""
-        body = self.request_body(messages, tools, tool_choice, settings)
-        reader = StreamReader(self.model_name)
-        with self._errors():
-            create = self.client().chat.completions.create
-            events = create(**self._create_kwargs(create, body, stream=True))
-            try:
-                for event in events:
-                    yield from reader.feed(event)
-            finally:
-                events.close()
-        yield reader.finish()
-
-    async def astream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AsyncIterator[AIMessageChunk]:
-        """Async :meth:`stream`, on the SDK's async client."""
-        body = self.request_body(messages, tools, tool_choice, settings)
-        reader = StreamReader(self.model_name)
-        with self._errors():
-            create = self.async_client().chat.completions.create
-            events = await create(**self._create_kwargs(create, body, stream=True))
-            try:
-                async for event in events:
-                    for chunk in reader.feed(event):
-                        yield chunk
-            finally:
-                await events.close()
-        yield reader.finish()
-
-    # Responses and errors -------------------------------------------------------------------
-    def _parse(self, completion: Any) -> AIMessage:
-        if not isinstance(completion, ChatCompletion) or not completion.choices:
-            raise ModelResponseError(
-                f"the server at {self._where()} did not answer with a chat completion "
-                f"(got {preview(completion)}); is base_url the API root, e.g. "
-                "'http://localhost:8000/v1'?",
-                provider="openai",
-            )
-        try:
-            return from_openai_completion(completion)
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise ModelResponseError(
-                f"could not read the chat completion from {self._where()}: {exc}", provider="openai"
-            ) from exc
-
-    def _where(self) -> str:
-        client = self._clients.existing()
-        if client is not None:
-            return str(client.base_url)
-        return self._resolved_base_url() or "https://api.openai.com/v1"
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Translate the SDK's exceptions into :mod:`handrail.models.errors`."""
-        try:
-            yield
-        except ModelError:
-            raise
-        except openai.APIStatusError as exc:
-            raise status_error(
-                provider="openai",
-                model=self.model_name,
-                status=exc.status_code,
-                body=exc.body,
-                fallback=exc.message,
-                request_id=exc.request_id,
-                key_env="OPENAI_API_KEY",
-                retries=self.max_retries,
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise ModelTimeoutError(
-                f"{self._where()} did not answer in time ({self.max_retries} retries); raise "
-                "timeout=... or check the server",
-                provider="openai",
-            ) from exc
-        except openai.APIConnectionError as exc:
-            raise ModelConnectionError(
-                f"could not connect to {self._where()} ({self.max_retries} retries): "
-                f"{exc.__cause__ or exc}. Is the server running and base_url right?",
-                provider="openai",
-            ) from exc
-        except openai.APIError as exc:  # an error event inside a stream
-            raise status_error(
-                provider="openai",
-                model=self.model_name,
-                status=None,
-                body={"error": exc.body} if exc.body is not None else None,
-                fallback=exc.message,
-                request_id=None,
-                key_env="OPENAI_API_KEY",
-                retries=self.max_retries,
-            ) from exc
-        except (json.JSONDecodeError, pydantic.ValidationError) as exc:
-            raise ModelResponseError(
-                f"{self._where()} sent a body that is not valid JSON of the expected shape: {exc}",
-                provider="openai",
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise ModelError(f"the OpenAI SDK failed: {exc}", provider="openai") from exc
+    def _translate_own(self, exc: Exception) -> ModelError | None:
+        if isinstance(exc, openai.APIError):  # an error event inside a stream
+            body = {"error": exc.body} if exc.body is not None else None
+            return self._status_error(None, body, exc.message, None)
+        return None
 
 
 def from_init(model: str, **options: Any) -> OpenAIChatModel:

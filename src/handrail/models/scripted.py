@@ -11,7 +11,7 @@ import orjson
 
 from handrail.errors import HandrailError
 from handrail.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCallChunk, new_id
-from handrail.models.base import ChatModel, ToolSpec
+from handrail.models._common import AdapterModel, ModelCall
 
 __all__ = ["ScriptExhaustedError", "ScriptedModel"]
 
@@ -24,7 +24,7 @@ class ScriptExhaustedError(HandrailError):
     """The :class:`ScriptedModel` was called more times than it has responses."""
 
 
-class ScriptedModel(ChatModel):
+class ScriptedModel(AdapterModel):
     """A model that answers from a script, one item per call.
 
     Each item is an :class:`AIMessage`, a dict ``{"content", "tool_calls": [{"name",
@@ -95,45 +95,17 @@ class ScriptedModel(ChatModel):
             item = item(list(messages))
         return _to_message(item, position)
 
-    def invoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        return self._next(messages)
+    def _invoke(self, call: ModelCall) -> AIMessage:
+        return self._next(call.messages)
 
-    def stream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> Iterator[AIMessageChunk]:
-        yield from _chunks(self._next(messages))
+    async def _ainvoke(self, call: ModelCall) -> AIMessage:
+        return self._next(call.messages)
 
-    async def ainvoke(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AIMessage:
-        return self._next(messages)
+    def _stream(self, call: ModelCall) -> Iterator[AIMessageChunk]:
+        yield from _chunks(self._next(call.messages))
 
-    async def astream(
-        self,
-        messages: Sequence[BaseMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        tool_choice: Any = None,
-        **settings: Any,
-    ) -> AsyncIterator[AIMessageChunk]:
-        for chunk in _chunks(self._next(messages)):
+    async def _astream(self, call: ModelCall) -> AsyncIterator[AIMessageChunk]:
+        for chunk in _chunks(self._next(call.messages)):
             yield chunk
 
 
