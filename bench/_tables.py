@@ -54,6 +54,12 @@ def _met(ok: bool) -> str:
 
 def tables(summary: dict[str, Any], backends: Sequence[str]) -> str:
     out: list[str] = []
+    if summary.get("load"):
+        spans = ", ".join(
+            f"round {r['round']}: {r['start'][0]:.2f} -> {r.get('end', r['start'])[0]:.2f}"
+            for r in summary["load"]
+        )
+        out.append(f"Load average (1 min) at each round's start and end: {spans}.\n")
     cyc = summary["cycle"]
     rows = []
     for backend in backends:

@@ -171,16 +171,23 @@ def collect(config: dict[str, Any], backends: Sequence[str], out_dir: Path) -> d
         "commits": [],
         "raw": [],
         "imports": [],
+        "load": [],
     }
     pycache = Path(tempfile.mkdtemp(prefix="handrail-bench-pycache-"))
     try:
         for round_no in range(config["rounds"]):
-            print(f"round {round_no + 1} of {config['rounds']}", flush=True)
+            load = os.getloadavg()
+            results["load"].append({"round": round_no + 1, "start": load})
+            print(
+                f"round {round_no + 1} of {config['rounds']} (load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})",
+                flush=True,
+            )
             results["raw"].append(run_raw(config["raw_samples"], out_dir, f"r{round_no}"))
             samples = config.get("imports", {}).get("samples", 0)
             if samples:
                 results["imports"].append(run_imports(samples, round_no, pycache, out_dir))
             _one_round(config, backends, out_dir, round_no, results)
+            results["load"][-1]["end"] = os.getloadavg()
     finally:
         shutil.rmtree(pycache, ignore_errors=True)
     return results
@@ -323,11 +330,13 @@ def summarise(raw: dict[str, Any], backends: Sequence[str], lengths: Sequence[in
                 "samples": len(seconds),
             }
     versions: dict[str, str] = {}
-    for rows in raw.values():
-        for row in rows:
+    for name, rows in raw.items():
+        for row in rows if name != "load" else ():
             versions.update(row.get("versions", {}))
     summary["versions"] = versions
     summary["machine"] = machine()
+    # the 1-minute load average at each round's start and end (the machine may be shared)
+    summary["load"] = raw.get("load", [])
     return summary
 
 
