@@ -254,3 +254,17 @@ async def _until(done: Callable[[], bool], timeout: float = 30.0) -> None:
     while not done():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_a_thread_is_read_once_per_get(two: tuple[Process, Process]) -> None:
+    """``GET /threads/{id}`` reads the thread's record once and hands it to the access check
+    and the answer, for the caller who started it."""
+    one, _ = two
+    alice = one.token("alice", "dba")
+    made = await one.http.post("/threads", json={"metadata": {"graph_id": "sql"}}, headers=alice)
+    thread = made.json()["thread_id"]
+    counted = _count_reads(one.store)
+    for _ in range(2):  # the binding read afresh, then remembered
+        seen = await one.http.get(f"/threads/{thread}", headers=alice)
+        assert seen.status_code == 200, seen.text
+    assert counted["aget_thread"] == 2, counted

@@ -176,10 +176,12 @@ async def create_thread(
 async def get_thread(
     thread_id: ThreadPath, request: Request, credential: Credential = Depends(caller)
 ) -> Response:
-    """One thread, with its values and pending interrupts."""
+    """One thread, with its values and pending interrupts (its record read once)."""
     service = _service(request)
-    await service.readable(thread_id, credential)
-    return _json(await _thread_json(service, thread_id))
+    assistant, agent, record = await service.owner(thread_id)
+    record = await service.record_of(thread_id, agent, record)
+    await service.access.check_read(credential, thread_id, agent, record)
+    return _json(await _thread_json(service, thread_id, record, assistant))
 
 
 @router.post("/threads/search")
