@@ -117,7 +117,6 @@ async def test_no_run_rebinds_a_strict_thread(pair: Pair) -> None:
 
     # a new thread that names another agent in its own run is refused too, and nothing is kept
     threads = len(pair.store.list_threads(ThreadFilter()))
-    rows = pair.service.db.query("SELECT count(*) FROM handrail_server_threads")
     for extra in REBINDS[1:]:  # (the first one, a run of lax, is fine on a new thread)
         stateless = {"assistant_id": "strict", "input": user("DROP TABLE c"), **extra}
         problem(await pair.http.post("/runs/wait", json=stateless, headers=alice), 422)
@@ -128,7 +127,6 @@ async def test_no_run_rebinds_a_strict_thread(pair: Pair) -> None:
         422,
     )
     assert len(pair.store.list_threads(ThreadFilter())) == threads
-    assert pair.service.db.query("SELECT count(*) FROM handrail_server_threads") == rows
 
     # the dba's approval runs through the service's worker: as strict
     answer = f"/handrail/threads/{thread}/interrupts/{asked}/answer"
@@ -164,9 +162,11 @@ async def test_a_thread_created_for_an_agent_is_bound_by_its_first_run(pair: Pai
         "/threads", json={"metadata": {"graph_id": "strict", "team": "data"}}, headers=alice
     )
     thread = made.json()["thread_id"]
+    created = pair.store.get_thread(thread)  # in the store, without a log (service.py rule S1)
+    assert created.head_seq == 0 and created.metadata["assistant_id"] == "strict"
     lax_run = {"assistant_id": "strict", "input": user("DROP TABLE d"), "metadata": {"assistant_id": "lax"}}
     problem(await pair.http.post(f"/threads/{thread}/runs/wait", json=lax_run, headers=alice), 422)
-    assert pair.store.get_thread(thread) is None  # nothing saved
+    assert pair.store.get_thread(thread) == created  # nothing saved
     run = {"assistant_id": "strict", "input": user("DROP TABLE d")}
     assert (await pair.http.post(f"/threads/{thread}/runs/wait", json=run, headers=alice)).status_code == 200
     record = pair.store.get_thread(thread)

@@ -82,16 +82,16 @@ class Access:
         self._decided: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     async def may_read(
-        self, credential: Credential, thread_id: str, agent: Agent, metadata: Mapping[str, Any] | None = None
+        self, credential: Credential, thread_id: str, agent: Agent, record: ThreadRecord | None = None
     ) -> bool:
-        """Whether the credential may read the thread (rules A2-A4); ``metadata``: the thread's,
-        when the caller has it (a thread not run yet has only its service row's)."""
+        """Whether the credential may read the thread (rules A2-A4); ``record``: the thread's,
+        when the caller has read it (else it is read here)."""
         if credential.has("admin"):
             return True
-        store = agent.checkpointer
-        record: ThreadRecord | None = await store.aget_thread(thread_id) if store is not None else None
-        if metadata is None:
-            metadata = record.metadata if record is not None else {}
+        if record is None:
+            store = agent.checkpointer
+            record = await store.aget_thread(thread_id) if store is not None else None
+        metadata = record.metadata if record is not None else {}
         if credential.has("run") and metadata.get(OWNER_KEY) == credential.name:
             return True
         if not credential.has("review") or record is None:
@@ -103,10 +103,10 @@ class Access:
         return await self._has_decided(credential, thread_id, agent)
 
     async def check_read(
-        self, credential: Credential, thread_id: str, agent: Agent, metadata: Mapping[str, Any] | None = None
+        self, credential: Credential, thread_id: str, agent: Agent, record: ThreadRecord | None = None
     ) -> None:
         """Refuse with a 403 unless the credential may read the thread."""
-        if not await self.may_read(credential, thread_id, agent, metadata):
+        if not await self.may_read(credential, thread_id, agent, record):
             raise Problem(403, f"reading thread {thread_id!r} {_READ}", scope="admin")
 
     async def check_owner(

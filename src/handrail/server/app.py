@@ -103,6 +103,9 @@ def create_app(
             result = store.setup() if hasattr(store, "setup") else None  # idempotent
             if inspect.isawaitable(result):
                 await result
+        moved = await service.move_thread_rows()  # an older version's threads, into the store
+        if moved:
+            log.info("moved %d thread(s) created and not run into the store", moved)
         service.live = LiveFeed(service)
         await service.live.start()
         registry.listeners.append(service.live.poke)  # a run that ended wrote notices: read them now

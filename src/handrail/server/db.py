@@ -1,9 +1,11 @@
 """The service's own tables, beside the agent's store (SQLite file or PostgreSQL database).
 
 The store's tables belong to the checkpointer; the service keeps what only it needs -
-credentials, browser sessions and one-time sign-in links, the assistant each thread
-was created for - in tables of its own, named ``handrail_server_*``, through its own
-connection. SQL is written once with ``?``
+credentials, browser sessions and one-time sign-in links - in tables of its own, named
+``handrail_server_*``, through its own connection. Threads are the store's alone
+(``service.py``, rule S1): the table of threads created and not run that older
+versions kept, ``handrail_server_threads``, is moved into the store at start-up and
+dropped (:meth:`ServerDB.old_thread_rows`). SQL is written once with ``?``
 placeholders; for PostgreSQL they become ``%s``.
 """
 
@@ -44,12 +46,6 @@ _SCHEMA = [
         created_at DOUBLE PRECISION NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL,
         used_at DOUBLE PRECISION
-    )""",
-    """CREATE TABLE IF NOT EXISTS handrail_server_threads (
-        thread_id TEXT PRIMARY KEY,
-        assistant_id TEXT NOT NULL,
-        metadata TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL
     )""",
 ]
 
@@ -213,6 +209,23 @@ class ServerDB:
         an error, none; the rows each changed."""
         with self.transaction() as tx:
             return [tx.execute(q, p) for q, p in statements]
+
+    def old_thread_rows(self) -> list[tuple[Any, ...]] | None:
+        """The rows of ``handrail_server_threads`` (thread id, assistant, metadata JSON,
+        creation time), the threads an older version kept here; None when the table is gone."""
+        if self._postgres:
+            (found,) = self.query("SELECT to_regclass('handrail_server_threads') IS NOT NULL")
+        else:
+            (found,) = self.query(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'handrail_server_threads'"
+            )
+        if not found[0]:
+            return None
+        return self.query("SELECT thread_id, assistant_id, metadata, created_at FROM handrail_server_threads")
+
+    def drop_old_threads(self) -> None:
+        """Drop ``handrail_server_threads`` once its rows are in the store."""
+        self.execute("DROP TABLE IF EXISTS handrail_server_threads")
 
     def close(self) -> None:
         """Close the connection."""

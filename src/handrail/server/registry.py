@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from handrail.agent import Agent
-from handrail.errors import SerializationError
+from handrail.errors import ConflictError, SerializationError
 from handrail.runtime.commit import on_first_save, reset_first_save
 from handrail.server.problems import Problem, client_problem
 from handrail.server.wire import to_wire
@@ -78,6 +78,7 @@ class Run:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     saved: asyncio.Event = field(default_factory=asyncio.Event)  # its input is on record (or it ended)
     size: int = 0  # its metadata's bytes as JSON
+    lost: bool = False  # another writer moved the thread before its first save: it saved nothing
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def accepted(self, timeout: float = ACCEPT_SECONDS) -> None:
@@ -251,6 +252,7 @@ class RunRegistry:
         except Exception as exc:
             run.status = "error"
             found = _refusal(exc)
+            run.lost = isinstance(exc, ConflictError) and not run.saved.is_set()
             if found is not None:
                 run.refusal = (found.status, found.detail, found.extra)
             else:

@@ -16,7 +16,6 @@ does, ``{"__error__": {"error", "message"}}``, unless the client's input made it
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -28,6 +27,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response, StreamingResponse
 
 from handrail.agent import Agent
+from handrail.checkpoint.base import ThreadRecord
 from handrail.messages import coerce_messages
 from handrail.runtime.loop import CancelledBy
 from handrail.server.access import OWNER_KEY, claim_owner, require
@@ -36,7 +36,7 @@ from handrail.server.bodies import RunBody, RunPath, ThreadPath
 from handrail.server.limits import GuardedRoute, check_new_id
 from handrail.server.problems import Problem
 from handrail.server.registry import STREAM_MODES, Run, RunRegistry, values_of
-from handrail.server.service import BOUND_KEYS, UNBOUND, Service, ThreadRow
+from handrail.server.service import BOUND_KEYS, Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
 from handrail.types import Command
@@ -190,29 +190,30 @@ async def start_run(
     metadata = payload.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise Problem(422, "'metadata' must be an object")
-    row: ThreadRow | None = None
-    logged, new = False, thread_id is None
+    record: ThreadRecord | None = None
+    new, unbound = thread_id is None, False
     if thread_id is None:
         thread_id = str(uuid.uuid4())
         owner = assistant_id
     else:
         found = await service.locate(thread_id, fresh=True)  # a run reads the binding afresh
-        logged, row = found.logged, found.row
+        record = found.record
         if found.assistant is None:
-            if found.logged or found.row is not None or payload.get("if_not_exists") != "create":
+            if found.found or payload.get("if_not_exists") != "create":
                 raise Problem(404, f"no thread {thread_id!r} is served here")
             try:
                 check_new_id(thread_id, "the id of a thread a run creates")
             except ValueError as exc:
                 raise Problem(400, str(exc)) from None
             owner, new = assistant_id, True
-        elif row is not None and row.assistant_id == UNBOUND:  # created for no assistant: this run's
-            owner = assistant_id
+        elif found.unbound:  # created for no assistant: this run's
+            owner, unbound = assistant_id, True
         else:
             owner = found.assistant
     if owner != assistant_id:
         raise Problem(422, f"thread {thread_id!r} belongs to assistant {owner!r}, not {assistant_id!r}")
-    thread_metadata = {} if new else await service.metadata_of(thread_id, agent, row)
+    logged = record is not None and record.head_seq > 0
+    thread_metadata = dict(record.metadata) if record is not None else {}  # read once (rule S5)
     await _may_run(service, credential, thread_id, agent, payload, new, thread_metadata)
     config = _config(payload, thread_id, credential)
     asked = payload.get("config") or {}  # an object: _config checked it
@@ -220,7 +221,7 @@ async def start_run(
         thread_id,
         owner,
         [
-            ("the thread's metadata", row.metadata if row is not None else {}),
+            ("the thread's metadata", thread_metadata if not logged else {}),
             ("config.metadata", asked.get("metadata") or {}),
             ("config.configurable", asked.get("configurable") or {}),
             ("metadata", metadata),
@@ -234,7 +235,7 @@ async def start_run(
     if logged:  # its log holds its binding, which no input changes: name none
         config["metadata"] = given
     else:  # its first input binds it (a thread created with metadata gets that too)
-        kept = {k: v for k, v in (row.metadata if row else {}).items() if k not in BOUND_KEYS}
+        kept = {k: v for k, v in thread_metadata.items() if k not in BOUND_KEYS}
         config["metadata"] = {
             **kept,
             **given,
@@ -244,8 +245,14 @@ async def start_run(
     run_input = _run_input(payload)
     modes = _modes(payload)
     streamed = streamed or "stream_mode" in payload
-    if new:  # checked: now the service may keep it
-        await asyncio.to_thread(service.add_thread, thread_id, assistant_id, {})
+    if not new and _may_be_busy(record, payload) and await service.busy(thread_id, agent, record):
+        raise Problem(409, f"thread {thread_id!r} is busy with a run; wait for it (runs.join) or cancel it")
+    if new or (unbound and agent.checkpointer is not service.store):
+        # checked: now the thread is in the store (rule S1), in the store of its agent
+        if await service.create_thread(thread_id, assistant_id, config["metadata"]) is None:
+            raise Problem(409, f"thread {thread_id!r} exists already")
+        if unbound:  # made in the first agent's store: it moves to its agent's
+            await service.store.adelete_thread(thread_id)
     return _registry(service).start(
         agent,
         assistant_id,
@@ -284,6 +291,18 @@ async def _may_run(
     elif command.get("update") is None:
         what = "sending input" if payload.get("input") is not None else "running a thread"
         await service.access.check_owner(credential, thread_id, agent, what, metadata)
+
+
+def _may_be_busy(record: ThreadRecord | None, payload: Mapping[str, Any]) -> bool:
+    """Whether a run request asks the store if a run is on the thread (rule S4): on a
+    running thread; on an interrupted one unless the request answers it (the runtime's
+    gate refuses an answer while another run executes a tool, and rule 8 keeps two
+    writers apart: an answer costs no extra read)."""
+    if record is None or record.status == "idle":
+        return False
+    command = payload.get("command")
+    answers = isinstance(command, Mapping) and command.get("resume") is not None
+    return record.status == "running" or not answers
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -352,9 +371,13 @@ async def create_run(
     thread_id: ThreadPath, request: Request, payload: RunBody, credential: Credential = Depends(caller)
 ) -> Response:
     """Start a background run; returns the Run once its input is on record, so that the
-    run happens even if this process dies now (a worker takes the thread over)."""
+    run happens even if this process dies now (a worker takes the thread over). A run
+    another process's run beat to the thread saved nothing: a 409."""
     run = await start_run(_service(request), thread_id, payload, credential)
     await run.accepted()
+    refusal = run.problem() if run.lost else None
+    if refusal is not None:  # another process's run took the thread first (rule S4)
+        raise refusal
     return Response(orjson.dumps(run.as_json()), media_type="application/json")
 
 
@@ -454,8 +477,8 @@ async def cancel_run(
     if action != "interrupt":
         raise Problem(422, f"cancel action {action!r} is not supported by handrail; supported: 'interrupt'")
     service = _service(request)
-    _, agent, row = await service.owner(thread_id)
-    metadata = await service.metadata_of(thread_id, agent, row)
+    _, agent, record = await service.owner(thread_id)
+    metadata = await service.metadata_of(thread_id, agent, record)
     await service.access.check_owner(credential, thread_id, agent, "cancelling a run", metadata)
     run = _registry(service).get(thread_id, run_id)
     if run.task is not None and not run.done.is_set():

@@ -1,21 +1,46 @@
-"""What the service holds: the served agents, credentials and sessions, which agent a thread is of.
+"""What the service holds, and where it asks which agent a thread is of and whether it is busy.
 
-A thread belongs to one agent, fixed when it is created (SPEC rule 21). Its log says
-which: the first input's metadata ``assistant_id`` (the assistant a run of the service
-named, or the ``name`` of the agent a Python program ran it with). The service hosts
-each agent under its key and under its own name (:func:`~handrail.worker.hosted_names`);
-a thread bound to none of those names is not served here: every route answers 404 for
-it, as for a thread that does not exist, and no listing shows it. A thread bound to no
-agent at all (an unnamed agent's, in a Python program) belongs to the first agent
-served.
+The store is the only account of a thread: this module reads it and keeps no table of
+threads of its own. Its rules, for every route, the web pages, the live feed and the
+service's worker:
 
-A thread created with ``threads.create`` and not run yet has no log: the service keeps
-its assistant (:data:`UNBOUND` when the client named none: its first run chooses) and
-the metadata it was created with in ``handrail_server_threads``; its first run writes
-them into the log, which from then on is the only account. A binding read from a log
-never changes, so each process remembers it (until the thread is deleted here); runs
-read it afresh, so a thread deleted and made again elsewhere is never run by an agent
-it is not bound to. Rows are remembered for a few seconds (:data:`ROW_SECONDS`).
+Rule S1 - A thread is in the store from its creation. ``threads.create`` (and a run that
+    makes its thread, ``if_not_exists="create"`` or stateless) writes a thread record
+    with no events (head 0, an append of no event after event 0): the metadata it was
+    created with and, when the client named one, its assistant (metadata
+    ``assistant_id``). The thread's first run appends after event 0 and so replaces that
+    record, writing the same binding. Two ``threads.create`` of one id at the same
+    instant through two processes both succeed, the later one's metadata kept (the
+    store's append at event 0 overwrites a thread still at event 0); a logged thread is
+    never overwritten (the append conflicts: a 409).
+Rule S2 - A thread belongs to one agent, fixed when it is created (SPEC rule 21). Its record
+    says which: metadata ``assistant_id`` (the assistant a service created or ran it as,
+    or the ``name`` of the agent a Python program ran it with). The service hosts each
+    agent under its key and under its own name (:func:`~handrail.worker.hosted_names`);
+    a thread bound to none of those names, or kept in another agent's store, is not
+    served here: every route answers 404 for it, as for a thread that does not exist,
+    and no listing shows it. A thread with a log bound to no agent (an unnamed agent's,
+    in a Python program) belongs to the first agent served. A thread created with no
+    assistant and not run yet is *unbound*: it is kept in the first agent's store, is
+    the first agent's until then, and its first run chooses (as LangGraph's server
+    does). The worker reads the same record (``handrail.worker`` rule W3): the two agree.
+Rule S3 - What a process remembers. A binding that no longer changes - a thread with a
+    log, or one created for a named assistant - is remembered (until the thread is
+    deleted here): read again it would be the same. Runs read it afresh, so a thread
+    deleted and made again elsewhere is never run by an agent it is not bound to.
+    Nothing that can change elsewhere is remembered: an unbound thread's binding, any
+    thread's metadata and status are read from the store when asked.
+Rule S4 - Busy is the store's. A thread is ``busy`` while a run of it is alive in the
+    store (``runs_alive``: the claim a run's first append makes, which lapses when its
+    process dies), whichever process runs it - a run of ``runs.*``, or a worker's - or
+    while this process starts one (before its first append). Every process serving the
+    store answers the same. A run is refused with a 409 on a busy thread. Two runs
+    started at once on an idle thread through two processes both append their input
+    after the same event: the store takes one (SPEC rule 8), the other's run stops with
+    a ``ConflictError`` and saves nothing, and its request is a 409 too.
+Rule S5 - One read per request. A request reads the thread's record once
+    (:meth:`Service.locate`) and hands it on: the access checks (``access.py``), the
+    binding checks and the run's metadata use it; the gate's checks stay in the runtime.
 """
 
 from __future__ import annotations
@@ -26,13 +51,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from handrail.agent import Agent
-from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter
+from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter, ThreadRecord
+from handrail.errors import ConflictError
+from handrail.messages import new_id
 from handrail.server.access import Access
 from handrail.server.db import ServerDB
 from handrail.server.problems import Problem
@@ -40,45 +66,28 @@ from handrail.server.sessions import SessionStore
 from handrail.server.tokens import Credential, TokenStore
 from handrail.worker import ASSISTANT_KEY, hosted_names
 
-__all__ = ["BOUND_KEYS", "ROW_SECONDS", "UNBOUND", "Located", "Service", "ThreadRow"]
-
-UNBOUND = ""
-"""The assistant of a thread created without one: its first run chooses it."""
+__all__ = ["BOUND_KEYS", "Located", "Service"]
 
 BOUND_KEYS = ("assistant_id", "graph_id")
 """The metadata keys that name the agent a thread belongs to: written by its first input only."""
 
-ROW_SECONDS = 5.0
-"""How long a process trusts a thread row it read (one deleted elsewhere meanwhile still shows)."""
-
-_KEPT = 10_000  # bindings and rows a process remembers (the least recently used go first)
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRow:
-    """What ``threads.create`` recorded of a thread: its assistant, metadata and creation time.
-
-    Read only while the thread has no log (its first run writes the metadata into it).
-    """
-
-    thread_id: str
-    assistant_id: str
-    metadata: dict[str, Any]
-    created_at: datetime
+_KEPT = 10_000  # bindings a process remembers (the least recently used go first)
 
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """Where a thread stands for this process (:meth:`Service.locate`).
+    """Where a thread stands (:meth:`Service.locate`).
 
-    ``logged``: the store has its log (and so its binding). ``assistant``: the key of
-    the served agent it belongs to, None when it is bound to an agent not served here
-    or does not exist. ``row``: the service's row of a thread that has no log yet.
+    ``found``: a store has it. ``assistant``: the key of the served agent it belongs to;
+    None when it does not exist or is not served here (rule S2). ``record``: its record
+    as the store gave it for this request (None when the binding was remembered, rule
+    S3). ``unbound``: created with no assistant and not run yet: its first run chooses.
     """
 
-    logged: bool
+    found: bool
     assistant: str | None
-    row: ThreadRow | None = None
+    record: ThreadRecord | None = None
+    unbound: bool = False
 
 
 @dataclass
@@ -106,7 +115,6 @@ class Service:
         self.tokens = TokenStore(self.db)
         self.names = hosted_names(self.agents)
         self.access = Access()
-        self._rows: OrderedDict[str, tuple[ThreadRow, float]] = OrderedDict()
         self._bound: OrderedDict[str, str | None] = OrderedDict()  # thread -> key, None: not served here
         self._lock = threading.Lock()  # read on the loop and in worker threads
         self.sessions = SessionStore(self.db, self.tokens)
@@ -169,34 +177,37 @@ class Service:
         )
 
     async def locate(self, thread_id: str, *, fresh: bool = False) -> Located:
-        """Where a thread stands; ``fresh``: read its binding from the store, not from memory."""
+        """Where a thread stands, read from the stores (rules S2, S3); ``fresh``: read its
+        binding from the store even when this process remembers it."""
         if not fresh:
             with self._lock:
                 if thread_id in self._bound:
                     self._bound.move_to_end(thread_id)
                     return Located(True, self._bound[thread_id])
-        for store in dict.fromkeys(a.checkpointer for a in self.agents.values() if a.checkpointer):
+        for store in self.stores():
             record = await store.aget_thread(thread_id)
             if record is None:
                 continue
+            unbound = record.head_seq == 0 and ASSISTANT_KEY not in record.metadata
             key = self.owner_of(record.metadata)
             if key is not None and self.agents[key].checkpointer is not store:
                 key = None  # bound to a name served here, but on another agent's store
-            with self._lock:
-                self._bound[thread_id] = key
-                self._bound.move_to_end(thread_id)
-                if len(self._bound) > _KEPT:
-                    self._bound.popitem(last=False)
-            return Located(True, key)
-        row = await self.athread_row(thread_id)
-        if row is None:
-            return Located(False, None)
-        if row.assistant_id == UNBOUND:
-            return Located(False, self.default_assistant if self.unbound else None, row)
-        return Located(False, row.assistant_id if row.assistant_id in self.agents else None, row)
+            if not unbound:  # a binding that no longer changes (rule S3)
+                with self._lock:
+                    self._bound[thread_id] = key
+                    self._bound.move_to_end(thread_id)
+                    if len(self._bound) > _KEPT:
+                        self._bound.popitem(last=False)
+            return Located(True, key, record, unbound)
+        return Located(False, None)
 
-    async def owner(self, thread_id: str, *, fresh: bool = False) -> tuple[str, Agent, ThreadRow | None]:
-        """The assistant a thread belongs to, its agent, and its row if it has no log yet.
+    def stores(self) -> list[BaseCheckpointSaver]:
+        """The stores of the agents served, each once, the first agent's first."""
+        return list(dict.fromkeys(a.checkpointer for a in self.agents.values() if a.checkpointer))
+
+    async def owner(self, thread_id: str, *, fresh: bool = False) -> tuple[str, Agent, ThreadRecord | None]:
+        """The assistant a thread belongs to, its agent, and its record when it was read
+        (None: the binding was remembered; :meth:`record_of` reads it).
 
         A 404 for a thread that does not exist and for one bound to an agent not served
         here, in the same words.
@@ -204,21 +215,86 @@ class Service:
         found = await self.locate(thread_id, fresh=fresh)
         if found.assistant is None:
             raise Problem(404, f"no thread {thread_id!r} is served here")
-        return found.assistant, self.agents[found.assistant], found.row
+        return found.assistant, self.agents[found.assistant], found.record
 
-    async def readable(self, thread_id: str, credential: Credential) -> tuple[str, Agent, ThreadRow | None]:
+    async def readable(
+        self, thread_id: str, credential: Credential
+    ) -> tuple[str, Agent, ThreadRecord | None]:
         """:meth:`owner`, for a caller who may read the thread (``access.py``); a 403 otherwise."""
-        assistant, agent, row = await self.owner(thread_id)
-        await self.access.check_read(credential, thread_id, agent, row.metadata if row is not None else None)
-        return assistant, agent, row
+        assistant, agent, record = await self.owner(thread_id)
+        await self.access.check_read(credential, thread_id, agent, record)
+        return assistant, agent, record
 
-    async def metadata_of(self, thread_id: str, agent: Agent, row: ThreadRow | None) -> dict[str, Any]:
-        """The thread's metadata: its log's, or its service row's while it has no log."""
-        store = agent.checkpointer
-        record = await store.aget_thread(thread_id) if store is not None else None
+    async def record_of(
+        self, thread_id: str, agent: Agent, record: ThreadRecord | None
+    ) -> ThreadRecord | None:
+        """The thread's record: ``record`` when the request read it already, else the store's."""
         if record is not None:
-            return dict(record.metadata)
-        return dict(row.metadata) if row is not None else {}
+            return record
+        store = agent.checkpointer
+        return await store.aget_thread(thread_id) if store is not None else None
+
+    async def metadata_of(self, thread_id: str, agent: Agent, record: ThreadRecord | None) -> dict[str, Any]:
+        """The thread's metadata (``record``'s when the request read it already)."""
+        found = await self.record_of(thread_id, agent, record)
+        return dict(found.metadata) if found is not None else {}
+
+    async def busy(self, thread_id: str, agent: Agent, record: ThreadRecord | None) -> bool:
+        """Whether a run is on the thread (rule S4): one this process starts, or one alive in
+        the store. An idle record has no live run (a run's claim rides on an append that
+        leaves the thread running), so only the others are asked about."""
+        if thread_id in getattr(self.runs, "active", ()):
+            return True
+        if record is None or record.status == "idle" or agent.checkpointer is None:
+            return False
+        return bool(await agent.checkpointer.aruns_alive(thread_id))
+
+    async def create_thread(
+        self,
+        thread_id: str,
+        assistant: str | None,
+        metadata: Mapping[str, Any],
+        *,
+        created_at: float | None = None,
+    ) -> ThreadRecord | None:
+        """Make a thread in the store, without events (rule S1): for ``assistant`` (its key;
+        its ``assistant_id``), or, with None, bound as ``metadata`` says (unbound when it
+        names none). Returns its record; None when a logged thread has this id."""
+        store = self.agents.get(assistant or "", self.agents[self.default_assistant]).checkpointer
+        assert store is not None  # create_app refuses an agent without one
+        now = time.time()
+        kept = dict(metadata)
+        if assistant is not None:
+            kept[ASSISTANT_KEY] = assistant
+        created = now if created_at is None else created_at
+        record = ThreadRecord(thread_id, 0, "idle", new_id(), created, now, kept)
+        try:
+            await store.aappend(thread_id, [], expected_seq=0, record=record)
+        except ConflictError:
+            return None
+        self.forget(thread_id)
+        return record
+
+    async def move_thread_rows(self) -> int:
+        """Move the threads an older service kept in a table of its own (created and not run,
+        ``handrail_server_threads``) into the store, and drop the table: once, at start-up
+        (rule S1). A row of a thread the store has already is dropped (its log is its
+        account). Returns how many threads were moved."""
+        rows = await asyncio.to_thread(self.db.old_thread_rows)
+        if rows is None:
+            return 0
+        moved = 0
+        for thread_id, assistant, metadata, created in rows:
+            if (await self.locate(str(thread_id), fresh=True)).found:
+                continue
+            kept = orjson.loads(str(metadata))
+            if assistant and assistant not in self.agents:  # an agent no longer served here
+                kept = {**kept, ASSISTANT_KEY: str(assistant)}
+            named = str(assistant) if assistant in self.agents else None
+            if await self.create_thread(str(thread_id), named, kept, created_at=float(created)) is not None:
+                moved += 1
+        await asyncio.to_thread(self.db.drop_old_threads)
+        return moved
 
     def check_binding(self, thread_id: str, owner: str, sources: Sequence[tuple[str, Any]]) -> list[str]:
         """Refuse a request that names another agent than the thread's own (SPEC rule 21).
@@ -252,64 +328,3 @@ class Service:
         self.access.forget(thread_id)
         with self._lock:
             self._bound.pop(thread_id, None)
-            self._rows.pop(thread_id, None)
-
-    # The service's rows ---------------------------------------------------------------------------
-    def thread_row(self, thread_id: str) -> ThreadRow | None:
-        """The service's row for a thread, if it created it."""
-        known = self._remembered(thread_id)
-        if known is not None:
-            return known
-        rows = self.db.query(
-            "SELECT thread_id, assistant_id, metadata, created_at FROM handrail_server_threads "
-            "WHERE thread_id = ?",
-            (thread_id,),
-        )
-        if not rows:
-            return None
-        tid, assistant, metadata, created = rows[0]
-        row = ThreadRow(
-            str(tid), str(assistant), orjson.loads(str(metadata)), datetime.fromtimestamp(float(created), UTC)
-        )
-        self._remember(row)
-        return row
-
-    async def athread_row(self, thread_id: str) -> ThreadRow | None:
-        """:meth:`thread_row`, reading the row (when it must) off the event loop."""
-        known = self._remembered(thread_id)
-        if known is not None:
-            return known
-        return await asyncio.to_thread(self.thread_row, thread_id)
-
-    def _remembered(self, thread_id: str) -> ThreadRow | None:
-        with self._lock:
-            found = self._rows.get(thread_id)
-        if found is None or found[1] < time.monotonic():
-            return None
-        return found[0]
-
-    def _remember(self, row: ThreadRow) -> None:
-        with self._lock:
-            self._rows.pop(row.thread_id, None)
-            self._rows[row.thread_id] = (row, time.monotonic() + ROW_SECONDS)
-            if len(self._rows) > _KEPT:
-                self._rows.popitem(last=False)
-
-    def add_thread(self, thread_id: str, assistant_id: str, metadata: dict[str, Any]) -> bool:
-        """Record a new thread; False when one with this id exists already."""
-        now = time.time()
-        changed = self.db.execute(
-            "INSERT INTO handrail_server_threads (thread_id, assistant_id, metadata, created_at) "
-            "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
-            (thread_id, assistant_id, orjson.dumps(metadata).decode(), now),
-        )
-        if changed > 0:
-            self._remember(
-                ThreadRow(thread_id, assistant_id, dict(metadata), datetime.fromtimestamp(now, UTC))
-            )
-        return changed > 0
-
-    def drop_thread(self, thread_id: str) -> bool:
-        """Forget the service's row for a thread (and its binding here); whether there was a row."""
-        self.forget(thread_id)
-        return self.db.execute("DELETE FROM handrail_server_threads WHERE thread_id = ?", (thread_id,)) > 0

@@ -1,10 +1,11 @@
 """Threads and assistants: the LangGraph Platform API's ``/threads`` and ``/assistants``.
 
 Each served agent is an assistant whose ``assistant_id`` and ``graph_id`` are its name.
-A thread's status is ``busy`` while a run of this process works on it, ``interrupted``
-while reviews wait, else ``idle``. Only the threads of the agents served here exist for
-these routes (SPEC rule 21, ``service.py``): another agent's thread is a 404, and a
-search never finds it.
+A thread's status is ``busy`` while a run is alive on it in the store, whichever process
+runs it (``service.py``, rule S4), ``interrupted`` while reviews wait, else ``idle``.
+A thread created here is in the store from then on (rule S1). Only the threads of the
+agents served here exist for these routes (SPEC rule 21, ``service.py``): another
+agent's thread is a 404, and a search never finds it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from handrail.server.bodies import (
 )
 from handrail.server.limits import GuardedRoute
 from handrail.server.problems import Problem
-from handrail.server.registry import RunRegistry
-from handrail.server.service import UNBOUND, Service
+from handrail.server.service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import state_of, to_wire
 
@@ -94,29 +94,29 @@ async def get_assistant(
 
 
 async def _thread_json(
-    service: Service, thread_id: str, record: ThreadRecord | None = None
+    service: Service, thread_id: str, record: ThreadRecord | None = None, assistant: str | None = None
 ) -> dict[str, Any]:
-    """A LangGraph Thread; ``record``: the store's row of it, when the caller has it already."""
-    assistant, agent, row = await service.owner(thread_id)
+    """A LangGraph Thread; ``record`` (and ``assistant``): the store's row of it (and its
+    agent's key), when the caller has them already."""
+    if assistant is None or record is None:
+        assistant, agent, found = await service.owner(thread_id)
+        record = record or found
+    agent = service.agents[assistant]
     snapshot = await agent.aget_state({"configurable": {"thread_id": thread_id}})
-    store = agent.checkpointer
-    if record is None and store is not None:
-        record = await store.aget_thread(thread_id)
-    registry = service.runs
-    assert isinstance(registry, RunRegistry)
-    if thread_id in registry.active:
+    record = await service.record_of(thread_id, agent, record)
+    if await service.busy(thread_id, agent, record):
         status = "busy"
     elif snapshot.interrupts:
         status = "interrupted"
     else:
         status = "idle"
-    if record is not None:  # its log: the first input wrote what it was created with
+    if record is not None:
         created = datetime.fromtimestamp(record.created_at, UTC).isoformat()
         updated = datetime.fromtimestamp(record.updated_at, UTC).isoformat()
         metadata = dict(record.metadata)
-    else:  # created and not run yet
-        created = updated = row.created_at.isoformat() if row else _EPOCH
-        metadata = dict(row.metadata) if row else {}
+    else:  # deleted meanwhile
+        created = updated = _EPOCH
+        metadata = {}
     metadata.setdefault("assistant_id", assistant)
     metadata.setdefault("graph_id", assistant)
     interrupts = [to_wire(i) for i in snapshot.interrupts]
@@ -156,27 +156,32 @@ async def create_thread(
             named.add(served)
     if len(named) > 1:
         raise Problem(422, f"'metadata' names two assistants {sorted(named)}; a thread belongs to one")
-    assistant = named.pop() if named else UNBOUND
+    assistant = named.pop() if named else None
     if body.if_exists not in (None, "raise", "do_nothing"):
         raise Problem(422, f"if_exists={body.if_exists!r:.100} is not supported; use 'raise' or 'do_nothing'")
-    found = await service.locate(thread_id)
-    if found.logged or found.row is not None:
-        if body.if_exists == "do_nothing":
-            await service.readable(thread_id, credential)
-            return _json(await _thread_json(service, thread_id))
-        raise Problem(409, f"thread {thread_id!r} exists already")
-    await asyncio.to_thread(service.add_thread, thread_id, assistant, dict(metadata))
-    return _json(await _thread_json(service, thread_id))
+    found = await service.locate(thread_id, fresh=True)
+    if not found.found:
+        kept = {k: v for k, v in metadata.items() if k != "assistant_id" or assistant is not None}
+        record = await service.create_thread(thread_id, assistant, kept)
+        if record is not None:
+            owner = assistant or (service.default_assistant if service.unbound else None)
+            return _json(await _thread_json(service, thread_id, record, owner))
+    if body.if_exists == "do_nothing":
+        await service.readable(thread_id, credential)
+        return _json(await _thread_json(service, thread_id))
+    raise Problem(409, f"thread {thread_id!r} exists already")
 
 
 @router.get("/threads/{thread_id}")
 async def get_thread(
     thread_id: ThreadPath, request: Request, credential: Credential = Depends(caller)
 ) -> Response:
-    """One thread, with its values and pending interrupts."""
+    """One thread, with its values and pending interrupts (its record read once)."""
     service = _service(request)
-    await service.readable(thread_id, credential)
-    return _json(await _thread_json(service, thread_id))
+    assistant, agent, record = await service.owner(thread_id)
+    record = await service.record_of(thread_id, agent, record)
+    await service.access.check_read(credential, thread_id, agent, record)
+    return _json(await _thread_json(service, thread_id, record, assistant))
 
 
 @router.post("/threads/search")
@@ -203,18 +208,20 @@ async def search_threads(
     records = await agent.alist_threads(
         metadata=metadata, status=store_status, limit=limit, offset=offset, owners=service.owners()
     )
+    owned = [(r, service.owner_of(r.metadata)) for r in records]
     if not credential.has("admin"):
-        readable = await asyncio.gather(*(_may_read(service, credential, r) for r in records))
-        records = [r for r, ok in zip(records, readable, strict=True) if ok]
+        readable = await asyncio.gather(*(_may_read(service, credential, r, key) for r, key in owned))
+        owned = [pair for pair, ok in zip(owned, readable, strict=True) if ok]
     # the threads of a page are read at once, not one after another
-    return _json(list(await asyncio.gather(*(_thread_json(service, r.thread_id, r) for r in records))))
+    return _json(
+        list(await asyncio.gather(*(_thread_json(service, r.thread_id, r, key) for r, key in owned)))
+    )
 
 
-async def _may_read(service: Service, credential: Credential, record: ThreadRecord) -> bool:
-    key = service.owner_of(record.metadata)
+async def _may_read(service: Service, credential: Credential, record: ThreadRecord, key: str | None) -> bool:
     if key is None:
         return False
-    return await service.access.may_read(credential, record.thread_id, service.agents[key], record.metadata)
+    return await service.access.may_read(credential, record.thread_id, service.agents[key], record)
 
 
 @router.get("/threads/{thread_id}/state")
@@ -278,5 +285,5 @@ async def delete_thread(
     require(credential, "admin", "deleting a thread")
     _, agent, _ = await service.owner(thread_id, fresh=True)
     await agent.adelete_thread(thread_id, by=credential.reviewer)  # a record of who, when, what (rule 21)
-    await asyncio.to_thread(service.drop_thread, thread_id)
+    service.forget(thread_id)
     return Response(status_code=204)
