@@ -175,7 +175,9 @@ async def test_the_worker_and_the_service_agree_on_the_binding_of_a_created_thre
         ]
         for name, worker in hosts.items():
             (group,) = worker._groups
-            hosted = await group.agent_for(thread)
+            # a worker runs only a thread its claim took: the filter decides, then the agent
+            taken = group.filter.matches(one.store.get_thread(thread).metadata)
+            hosted = await group.agent_for(thread) if taken else None
             key = next((k for k, a in group.agents.items() if a is hosted), None)
             served = AppService(dict(group.agents), other.service.db)
             served.unbound = group.default is not None

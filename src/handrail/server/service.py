@@ -56,7 +56,7 @@ from typing import Any
 import orjson
 
 from handrail.agent import Agent
-from handrail.checkpoint.base import BaseCheckpointSaver, ClaimFilter, ThreadRecord
+from handrail.checkpoint.base import Append, BaseCheckpointSaver, ClaimFilter, ThreadRecord
 from handrail.errors import ConflictError
 from handrail.messages import new_id
 from handrail.server.access import Access
@@ -269,7 +269,7 @@ class Service:
         created = now if created_at is None else created_at
         record = ThreadRecord(thread_id, 0, "idle", new_id(), created, now, kept)
         try:
-            await store.aappend(thread_id, [], expected_seq=0, record=record)
+            await store.aappend(thread_id, Append((), expected_seq=0, record=record))
         except ConflictError:
             return None
         self.forget(thread_id)
