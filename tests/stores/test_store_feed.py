@@ -322,12 +322,11 @@ def test_a_first_run_that_died_right_after_saving_its_input_is_taken_over(
     assert log_lines(log) == []
 
 
+@pytest.mark.parametrize("backend", ["postgres", PGBOUNCER], indirect=True)
 def test_a_postgres_claim_of_a_queued_thread_is_one_round_trip(location: Location, tmp_path: Path) -> None:
     """The pick, the claim and the read of the claimed thread are statements of one
     transaction, sent together: a worker waits for the server once to take a thread and
     load it (and once to find none)."""
-    if location.backend not in ("postgres", PGBOUNCER):
-        pytest.skip("round trips are the Postgres saver's")
     saver = location.saver()
     agent = build_agent(saver, tmp_path / "tool.log")
     for thread in ("t1", "t2"):
