@@ -295,6 +295,26 @@ def test_a_review_is_serialised_once_for_the_log_and_the_inbox(make_agent: Agent
     assert item.interrupt == agent.get_state(config()).interrupts[0]
 
 
+def test_a_durable_store_keeps_the_inbox_payload_as_the_interrupt_events_bytes(
+    make_agent: AgentFactory, tmp_path: pathlib.Path
+) -> None:
+    """SQLite writes the review's row with its event's sealed payload, byte for byte."""
+    from handrail import SqliteSaver
+
+    with SqliteSaver.from_conn_string(tmp_path / "t.db") as saver:
+        agent = make_agent(
+            [turn(call("write_file", path="notes.txt", content="lorem " * 80))], checkpointer=saver
+        )
+        agent.invoke({"messages": "go"}, config())
+        read = saver.read("t1")
+        (event,) = [e for e in read.events if e.kind == "interrupt"]
+        assert read.record is not None
+        (pending,) = read.record.pending
+        assert pending.payload == event.payload and pending.payload[:1] == b"\x06"
+        (item,) = agent.list_interrupts().items
+        assert item.interrupt == agent.get_state(config()).interrupts[0]
+
+
 def test_an_inbox_payload_of_format_v2_1_still_loads(make_agent: AgentFactory) -> None:
     """Reviews saved before format v3.1 hold their event's payload behind a marker (0x05)."""
     agent = _paused(make_agent, "lorem ipsum dolor " * 40)
