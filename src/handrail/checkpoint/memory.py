@@ -73,6 +73,8 @@ class InMemorySaver(BaseCheckpointSaver):
         agent = create_agent(model, tools, middleware=[...], checkpointer=InMemorySaver())
     """
 
+    in_process = True  # a pending review's inbox payload is its event's bytes: held once
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: dict[str, list[StoredEvent]] = {}

@@ -157,7 +157,8 @@ _ZSTD_V2_MARK = b"\x04"  # Zstandard with the trained dictionary _ZDICT_V2, chec
 _EVENT_VALUE_MARK = b"\x05"  # an inbox payload that is its interrupt event's stored payload (v2.1)
 _REVIEW_MARK = b"\x07"  # an inbox payload of {"id", "kind", "value"} (v3)
 # an inbox payload that starts with the seal's mark (0x06) is its interrupt event's sealed
-# payload itself, the same bytes (v3.1): a legacy inbox payload (a value's JSON, packed) never does
+# payload itself, the same bytes (in memory only): an inbox payload of v2.0 (a value's JSON,
+# packed) never starts so
 # 0x06: a sealed record, see ``checkpoint/integrity.py`` (v3)
 _MAX_PAYLOAD = 64 * 1024 * 1024  # a frame that claims more is damaged, not loaded
 # Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
@@ -379,16 +380,18 @@ def encode_event(event: Event, thread_id: str, prev: bytes) -> tuple[StoredEvent
     return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload), digest
 
 
-def review_payload(interrupt_payload: bytes) -> bytes:
+def review_payload(interrupt_payload: bytes, *, same: bool = False) -> bytes:
     """The inbox payload of a pending review, from the stored payload of its ``interrupt`` event.
 
     The review's value is in that payload already, serialised and compressed: the inbox
-    keeps the same bytes rather than making them a second time. A sealed payload (every
-    one written now) is given back as it is, the same object, so a store that keeps both
-    in memory holds them once; the seal's mark tells it from the other forms. A payload
-    without a seal goes behind a marker (``0x05``), as before.
+    keeps the same bytes behind a marker (``0x05``) rather than making them a second
+    time. With ``same`` (a store that keeps objects in memory: ``in_process``) a sealed
+    payload is given back as it is, the same object, so the store holds it once; the
+    seal's mark tells that form from the others. A durable store keeps the marked form,
+    which every reader of format v3 reads (an older one would take the sealed form for
+    a value of format v2.0).
     """
-    if is_sealed(interrupt_payload):
+    if same and is_sealed(interrupt_payload):
         return interrupt_payload
     return _EVENT_VALUE_MARK + interrupt_payload
 
