@@ -274,7 +274,7 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
     agent = _paused(make_agent, "lorem ipsum dolor " * 40)
     pending = _inbox_entry(agent)
     # its interrupt event's stored payload: sealed (0x06, a 32-byte hash), then compressed
-    assert pending.payload[:2] == b"\x05\x06" and pending.payload[34:35] == b"\x04"
+    assert pending.payload[:1] == b"\x06" and pending.payload[33:34] == b"\x04"
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
     _store_inbox_payload(agent, pending.payload[:-6] + b"\x00" * 6)
@@ -286,12 +286,45 @@ def test_the_inbox_keeps_a_large_review_compressed_and_reads_it_back(make_agent:
 
 
 def test_a_review_is_serialised_once_for_the_log_and_the_inbox(make_agent: AgentFactory) -> None:
-    """The inbox payload of a new review is the stored bytes of the interrupt event that raised it."""
+    """The inbox payload of a new review is the stored bytes of the interrupt event that raised
+    it: in memory the same object, so a paused thread holds them once."""
     agent = _paused(make_agent, "lorem ipsum dolor " * 40)
     (event,) = [e for e in agent.checkpointer._events["t1"] if e.kind == "interrupt"]  # type: ignore[union-attr]
-    assert _inbox_entry(agent).payload == b"\x05" + event.payload
+    assert _inbox_entry(agent).payload is event.payload
     (item,) = agent.list_interrupts().items
     assert item.interrupt == agent.get_state(config()).interrupts[0]
+
+
+def test_a_durable_store_keeps_the_inbox_payload_as_the_interrupt_events_bytes(
+    make_agent: AgentFactory, tmp_path: pathlib.Path
+) -> None:
+    """SQLite writes the review's row with its event's sealed payload behind the marker of
+    format v2.1, which every reader of format v3 reads (the bare form is for memory only)."""
+    from handrail import SqliteSaver
+
+    with SqliteSaver.from_conn_string(tmp_path / "t.db") as saver:
+        agent = make_agent(
+            [turn(call("write_file", path="notes.txt", content="lorem " * 80))], checkpointer=saver
+        )
+        agent.invoke({"messages": "go"}, config())
+        read = saver.read("t1")
+        (event,) = [e for e in read.events if e.kind == "interrupt"]
+        assert read.record is not None
+        (pending,) = read.record.pending
+        assert pending.payload == b"\x05" + event.payload
+        (item,) = agent.list_interrupts().items
+        assert item.interrupt == agent.get_state(config()).interrupts[0]
+
+
+def test_an_inbox_payload_of_format_v2_1_still_loads(make_agent: AgentFactory) -> None:
+    """The form a durable store writes, the event's payload behind a marker (0x05), loads
+    from the memory store too."""
+    agent = _paused(make_agent, "lorem ipsum dolor " * 40)
+    (event,) = [e for e in agent.checkpointer._events["t1"] if e.kind == "interrupt"]  # type: ignore[union-attr]
+    value = agent.get_state(config()).interrupts[0].value
+    _store_inbox_payload(agent, b"\x05" + event.payload)
+    (item,) = agent.list_interrupts().items
+    assert item.interrupt.value == value
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "compressed"])
@@ -327,15 +360,19 @@ def test_an_inbox_payload_naming_another_interrupt_is_refused(make_agent: AgentF
 @given(data=st.data())
 def test_random_and_truncated_inbox_payloads_raise_only_serialization_errors(data: st.DataObject) -> None:
     """Rule 10 for the inbox: a damaged review payload loads as its value or fails naming it."""
+    from handrail.checkpoint.integrity import seal
     from handrail.runtime.events import decode_review, pack_payload, review_payload
 
     value = {"action_requests": [{"name": "write_file", "args": {"content": "lorem ipsum " * 40}}]}
     event = pack_payload(dumps({"id": "i1", "step": "after_model", "value": value}))
-    payload = data.draw(st.sampled_from([review_payload(event), pack_payload(dumps(value))]))
+    sealed, _ = seal(bytes(32), "t1", 3, "interrupt", 1.0, event)
+    forms = [review_payload(event), review_payload(sealed), review_payload(sealed, same=True)]
+    forms.append(pack_payload(dumps(value)))
+    payload = data.draw(st.sampled_from(forms))
     if data.draw(st.booleans()):
         payload = _damage(data, payload)
-    else:  # the marker of the new form, before anything at all
-        payload = b"\x05" + data.draw(st.binary(max_size=200))
+    else:  # the marker of a form, before anything at all
+        payload = data.draw(st.sampled_from([b"\x05", b"\x06"])) + data.draw(st.binary(max_size=200))
     try:
         decode_review(payload, "t1", "i1")
     except SerializationError as exc:

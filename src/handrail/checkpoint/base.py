@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from handrail.checkpoint.filters import (
     ClaimFilter,
@@ -114,6 +114,11 @@ T = TypeVar("T")
 
 class BaseCheckpointSaver(ABC):
     """The store protocol (see the module docstring). Subclass it to add a backend."""
+
+    in_process: ClassVar[bool] = False
+    """True for a store that keeps what it is given as objects of this process, read by no
+    other program (the memory store): a pending review's inbox payload may then be its
+    interrupt event's bytes themselves, which only readers of this version know."""
 
     # Sync -------------------------------------------------------------------
     @abstractmethod

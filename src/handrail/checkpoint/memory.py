@@ -73,6 +73,8 @@ class InMemorySaver(BaseCheckpointSaver):
         agent = create_agent(model, tools, middleware=[...], checkpointer=InMemorySaver())
     """
 
+    in_process = True  # a pending review's inbox payload is its event's bytes: held once
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: dict[str, list[StoredEvent]] = {}
@@ -108,7 +110,11 @@ class InMemorySaver(BaseCheckpointSaver):
             kept_grants = apply_change(self._grants, change.grants) if change.grants is not None else None
             head_hash = head_after(events, current.head_hash if current else None)
             kept = kept_record(record, head_hash)
-            self._events.setdefault(thread_id, []).extend(events)
+            log = self._events.get(thread_id)
+            if log is None:
+                self._events[thread_id] = list(events)  # a list of its size: a paused thread holds little
+            else:
+                log.extend(events)
             self._records[thread_id] = kept
             self._seals[thread_id] = seal_of(kept, metadata)
             if change.reading is not None:
@@ -122,8 +128,8 @@ class InMemorySaver(BaseCheckpointSaver):
                 self._release(thread_id, change.release)
             if change.queue:
                 self._queued.setdefault(thread_id, time.time())
+            at = time.time()  # the commit's time, as a durable store takes its transaction's
             for notice in change.notices:
-                at = time.time()
                 self._feed.append(
                     FeedEntry(str(self._feed_next), thread_id, record.head_seq, notice.kind, at, notice.data)
                 )
@@ -185,11 +191,11 @@ class InMemorySaver(BaseCheckpointSaver):
         now = time.time()
         with self._lock:
             # the records written with reviews, and any that has some now: their counts must agree
-            seals = {thread_id: seal for thread_id, seal in self._seals.items() if seal.reviews}
+            seals = {thread_id: seal for thread_id, seal in self._seals.items() if seal.count}
             kept = [(t, r) for t, r in self._records.items() if r.pending or t in seals]
             seals.update((t, self._seals[t]) for t, _ in kept if t not in seals)
         for thread_id, record in kept:
-            if not isinstance(record.pending, tuple) or len(record.pending) != len(seals[thread_id].reviews):
+            if not isinstance(record.pending, tuple) or len(record.pending) != seals[thread_id].count:
                 check(thread_id, record, seals[thread_id])
         with _checked_on_failure(kept, seals):
             items = [

@@ -149,7 +149,7 @@ class Persist(Effect):
                 stored.append(row)
             fold.chain_sealed = True
             if env.fold is not None and env.fold.pending:
-                _share_review_payloads(env.fold, events, stored)
+                _share_review_payloads(env.fold, events, stored, same=env.store.in_process)
             return events, stored, env.buffer_from
         except BaseException:
             env.broken = True  # the fold may hold events the store will not: stop here
@@ -454,13 +454,16 @@ def _grant_change(env: Env, events: list[Event]) -> GrantChange | None:
     return GrantChange(new=new) if new else None
 
 
-def _share_review_payloads(fold: ThreadFold, events: list[Event], stored: list[StoredEvent]) -> None:
-    """Give each review raised in this append its event's stored bytes as its inbox payload."""
+def _share_review_payloads(
+    fold: ThreadFold, events: list[Event], stored: list[StoredEvent], *, same: bool
+) -> None:
+    """Give each review raised in this append its event's stored bytes as its inbox payload
+    (``same``: those bytes themselves, for a store that keeps objects in memory)."""
     for event, row in zip(events, stored, strict=True):
         if event.kind == "interrupt":
             record = fold.pending.get(event.data["id"])
             if record is not None and record.stored is None:
-                _keep(fold, record.with_stored(review_payload(row.payload)))
+                _keep(fold, record.with_stored(review_payload(row.payload, same=same)))
 
 
 def _make_review_payloads(fold: ThreadFold) -> None:

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from handrail.checkpoint.base import StoredEvent
-from handrail.checkpoint.integrity import seal, unseal
+from handrail.checkpoint.integrity import is_sealed, seal, unseal
 from handrail.checkpoint.serde import compact, dumps, loads
 from handrail.errors import SerializationError
 
@@ -156,6 +156,9 @@ _ZSTD_V1_MARK = b"\x03"  # Zstandard with _ZDICT_V1 as a raw-content dictionary 
 _ZSTD_V2_MARK = b"\x04"  # Zstandard with the trained dictionary _ZDICT_V2, checksummed (written)
 _EVENT_VALUE_MARK = b"\x05"  # an inbox payload that is its interrupt event's stored payload (v2.1)
 _REVIEW_MARK = b"\x07"  # an inbox payload of {"id", "kind", "value"} (v3)
+# an inbox payload that starts with the seal's mark (0x06) is its interrupt event's sealed
+# payload itself, the same bytes (in memory only): an inbox payload of v2.0 (a value's JSON,
+# packed) never starts so
 # 0x06: a sealed record, see ``checkpoint/integrity.py`` (v3)
 _MAX_PAYLOAD = 64 * 1024 * 1024  # a frame that claims more is damaged, not loaded
 # Storage format, version 1: NEVER EDIT. Strings that events of every thread repeat.
@@ -377,12 +380,19 @@ def encode_event(event: Event, thread_id: str, prev: bytes) -> tuple[StoredEvent
     return StoredEvent(seq=event.seq, kind=event.kind, created_at=event.created_at, payload=payload), digest
 
 
-def review_payload(interrupt_payload: bytes) -> bytes:
+def review_payload(interrupt_payload: bytes, *, same: bool = False) -> bytes:
     """The inbox payload of a pending review, from the stored payload of its ``interrupt`` event.
 
     The review's value is in that payload already, serialised and compressed: the inbox
-    keeps the same bytes behind a marker rather than making them a second time.
+    keeps the same bytes behind a marker (``0x05``) rather than making them a second
+    time. With ``same`` (a store that keeps objects in memory: ``in_process``) a sealed
+    payload is given back as it is, the same object, so the store holds it once; the
+    seal's mark tells that form from the others. A durable store keeps the marked form,
+    which every reader of format v3 reads (an older one would take the sealed form for
+    a value of format v2.0).
     """
+    if same and is_sealed(interrupt_payload):
+        return interrupt_payload
     return _EVENT_VALUE_MARK + interrupt_payload
 
 
@@ -433,9 +443,13 @@ def decode_review_terms(
             f"cannot load thread {thread_id!r}, {record}: unknown review kind {kind!r}", thread_id=thread_id
         )
     marker = payload[:1]
-    if marker not in (_EVENT_VALUE_MARK, _REVIEW_MARK):
+    if is_sealed(payload):  # the interrupt event's sealed payload (its hash is not checked here)
+        body = payload
+    elif marker in (_EVENT_VALUE_MARK, _REVIEW_MARK):
+        body = payload[1:]
+    else:
         return loads(unpack_payload(payload, thread_id, record), thread_id=thread_id, record=record), None
-    data = loads(unpack_payload(payload[1:], thread_id, record), thread_id=thread_id, record=record)
+    data = loads(unpack_payload(body, thread_id, record), thread_id=thread_id, record=record)
     stored_kind = data.get("kind", "interrupt") if isinstance(data, dict) else None
     if not isinstance(data, dict) or "value" not in data or data.get("id") != interrupt_id:
         problem = "its payload is not the interrupt event that raised it"
