@@ -40,7 +40,7 @@ import psycopg
 from _workload_handrail import Handrail
 
 from handrail import AsyncPostgresSaver, PostgresSaver
-from handrail.checkpoint.postgres import drivers
+from handrail.checkpoint.postgres import _drivers as drivers
 from handrail.worker import Worker
 
 _LOG: list[tuple[str, ...]] = []

@@ -163,7 +163,7 @@ def test_an_empty_respond_to_outcome_unknown_is_a_result_and_the_thread_moves_on
 
 def test_a_saved_respond_without_its_message_never_wedges_the_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rule 9: a store may hold ``{"type": "respond"}`` from an older handrail; it still moves."""
-    from handrail.runtime import rules
+    from handrail.runtime import _rules as rules
 
     agent, _ = _unknown_outcome()
     (review,) = agent.get_state(config()).interrupts

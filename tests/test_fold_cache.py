@@ -4,7 +4,7 @@ threads and 32,768 messages between them, the least recently used going first.""
 from __future__ import annotations
 
 from handrail import Command, HumanMessage
-from handrail.runtime.fold import ThreadFold
+from handrail.runtime._fold import ThreadFold
 from handrail.runtime.spec import FoldCache
 
 from _support import AgentFactory, call, config, turn

@@ -126,10 +126,10 @@ def test_the_sqlite_savers_scripted_model_and_other_middleware_load_on_first_use
     late = [
         "handrail.checkpoint.sqlite",
         "handrail.models.scripted",
-        "handrail.middleware.summarization",
-        "handrail.middleware.retry",
-        "handrail.middleware.limits",
-        "handrail.middleware.fallback",
+        "handrail.middleware._summarization",
+        "handrail.middleware._retry",
+        "handrail.middleware._limits",
+        "handrail.middleware._fallback",
     ]
     probe = (
         "import sys, handrail, handrail.middleware as mw\n"

@@ -207,7 +207,7 @@ def test_random_and_truncated_records_raise_only_serialization_errors(data: st.D
         assert f"record {victim.seq}" in str(exc) and "'t1'" in str(exc)
         return
     # It decoded: then folding it must either work or fail with SerializationError too.
-    from handrail.runtime.fold import ThreadFold
+    from handrail.runtime._fold import ThreadFold
 
     fold = ThreadFold("t1")
     fold.head_seq = victim.seq - 1

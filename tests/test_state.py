@@ -344,9 +344,9 @@ def test_storage_grows_with_what_each_turn_adds(make_agent: AgentFactory) -> Non
 
 def test_the_pending_tool_calls_follow_every_change_to_the_messages() -> None:
     """The fold works out the calls still to run once per change to the messages, never stale."""
+    from handrail.runtime._fold import ThreadFold
+    from handrail.runtime._pending import pending_tool_calls
     from handrail.runtime.events import Event
-    from handrail.runtime.fold import ThreadFold
-    from handrail.runtime.pending import pending_tool_calls
 
     fold = ThreadFold("t1")
     seq = itertools.count(1)

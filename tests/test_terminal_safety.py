@@ -268,7 +268,7 @@ def test_the_demo_narrates_and_reviews_escaped(tmp_path: Path, term: str) -> Non
 def test_the_terminal_rule_covers_every_character_the_web_pages_mark() -> None:
     from handrail._message_display import TERMINAL_HIDDEN, visible
 
-    markup = pytest.importorskip("handrail.server.pages.markup")
+    markup = pytest.importorskip("handrail.server.pages._markup")
     missed = [
         f"U+{code:04X}"
         for code in range(0x110000)

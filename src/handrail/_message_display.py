@@ -11,7 +11,7 @@ invisible formatting characters are shown as escapes (``\\x1b``, ``\\u202e``) in
 of being written raw, so a value cannot send the terminal an escape sequence (colours, a
 cursor move, an OSC 52 clipboard write, a hyperlink), hide part of itself or reorder
 what the reader sees. It covers everything the web pages mark
-(``handrail.server.pages.markup.HIDDEN``) and, for a terminal, carriage returns and a
+(``handrail.server.pages._markup.HIDDEN``) and, for a terminal, carriage returns and a
 few more. ``pretty_repr``, the review CLI and ``handrail demo`` print through it. A
 zero-width joiner between two pictographs is part of an emoji (👩‍💻) and is kept.
 

@@ -19,7 +19,7 @@ Rule W3 - a worker takes only its own agents' threads. A thread is bound to its 
     by its first input (metadata ``assistant_id``: the assistant a service ran it as,
     or the ``name`` of the agent a Python program ran it with; SPEC rule 21), or, made
     by the service's ``threads.create``, by the record that made it (the same key: the
-    service reads the same record, ``server/service.py`` rule S2). A worker
+    service reads the same record, ``server/_service.py`` rule S2). A worker
     hosts each agent under its key and under its ``name`` (unless another agent's key
     is that name: :func:`hosted_names`), takes the threads bound to those names, and
     its first agent also those bound to none (an unnamed agent's).

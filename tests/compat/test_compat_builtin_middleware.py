@@ -36,7 +36,7 @@ from handrail.middleware import (
     ToolCallLimitMiddleware,
     ToolRetryMiddleware,
 )
-from handrail.middleware.limits import ModelCallLimitExceededError, ToolCallLimitExceededError
+from handrail.middleware._limits import ModelCallLimitExceededError, ToolCallLimitExceededError
 from handrail.models.errors import ModelAuthenticationError, ModelRateLimitError
 
 

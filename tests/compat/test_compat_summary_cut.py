@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from handrail import AIMessage, HumanMessage, ToolMessage
 from handrail.messages import BaseMessage
-from handrail.middleware.summarization import _safe_cutoff
+from handrail.middleware._summarization import _safe_cutoff
 
 
 @st.composite

@@ -94,7 +94,7 @@ def test_an_edit_sends_the_edited_arguments_checked_against_the_servers_schema(
 
 
 def test_the_web_inbox_edit_form_gets_the_servers_input_schema(notes: McpTools) -> None:
-    from handrail.server.pages.shape import read_shape
+    from handrail.server.pages._shape import read_shape
 
     agent = gated_agent(notes, [turn(call("delete_note", "c1", note_id=fresh_id()))], _memory())
     (pending,) = agent.invoke({"messages": ["delete it"]}, config())["__interrupt__"]

@@ -23,8 +23,8 @@ from handrail.mcp import (
     load_tools,
     load_tools_sync,
 )
-from handrail.mcp.results import result_message
-from handrail.mcp.tools import build_tools
+from handrail.mcp._results import result_message
+from handrail.mcp._tools import build_tools
 from handrail.tools import ToolArgumentsError
 
 from _support import call, turn

@@ -1,4 +1,4 @@
-"""Who may do what on the service (SPEC §5.3, ``server/access.py``), on SQLite and PostgreSQL.
+"""Who may do what on the service (SPEC §5.3, ``server/_access.py``), on SQLite and PostgreSQL.
 
 A matrix: every route, with no credential and with each scope, on a thread the caller
 started and on one it did not. Refusals are 403 problems naming the scope they needed

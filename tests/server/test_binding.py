@@ -25,7 +25,7 @@ from binding_agents import LEDGER, build, ledger_file
 from conftest import Backend, handrail_process, make_token
 from handrail.checkpoint.base import ThreadFilter
 from handrail.server import create_app
-from handrail.server.events import LiveFeed
+from handrail.server._events import LiveFeed
 from handrail.worker import Worker, hosted_names
 
 APPROVE = {"decisions": [{"type": "approve"}]}

@@ -28,10 +28,10 @@ import served_agent
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from conftest import Service
+from handrail.notify._email import EmailChannel
+from handrail.notify._mail import ARGS_LIMIT
 from handrail.notify.channels import Delivery, Endpoint, Sent
-from handrail.notify.email import EmailChannel
 from handrail.notify.events import TEST_EVENT, event_of
-from handrail.notify.mail import ARGS_LIMIT
 from handrail.server import ServerDB
 from handrail.server.tokens import TokenStore
 

@@ -18,7 +18,7 @@ from test_api import paused, problem, user
 
 from conftest import Service
 from handrail.checkpoint.base import ThreadFilter
-from handrail.server.limits import MAX_DEPTH, MAX_OFFSET
+from handrail.server._limits import MAX_DEPTH, MAX_OFFSET
 
 JSON = {"content-type": "application/json"}
 
@@ -32,7 +32,7 @@ def nested(levels: int, leaf: Any = "x") -> Any:
 
 
 def thread_rows(service: Service) -> int:
-    """How many threads the store holds (those created, run or not: ``service.py`` rule S1)."""
+    """How many threads the store holds (those created, run or not: ``_service.py`` rule S1)."""
     return len(service.agent.checkpointer.list_threads(ThreadFilter(limit=100_000)))
 
 
@@ -329,7 +329,7 @@ def test_store_errors_from_a_clients_values_map_to_4xx_and_damage_does_not() -> 
     import psycopg
 
     from handrail.errors import SerializationError
-    from handrail.server.problems import client_problem
+    from handrail.server._problems import client_problem
 
     refused = client_problem(psycopg.errors.UntranslatableCharacter("unsupported Unicode escape sequence"))
     assert (

@@ -2,7 +2,7 @@
 bounded by construction; issue 23).
 
 A run's events and values are not kept once it ends; the records of finished runs are
-bounded in number, age and bytes (``server/registry.py``), so 60 runs of 500 KB no
+bounded in number, age and bytes (``server/_registry.py``), so 60 runs of 500 KB no
 longer grow a process for good. ``create_app(rate_limit=N)`` / ``handrail serve
 --rate-limit N`` gives each credential a token bucket of N requests a second.
 """
@@ -22,8 +22,8 @@ from test_api import problem, user
 
 from conftest import Backend, Service, make_token, serving
 from handrail.server import create_app
-from handrail.server.limits import RateLimit
-from handrail.server.registry import KEEP, KEEP_SECONDS, RunRegistry
+from handrail.server._limits import RateLimit
+from handrail.server._registry import KEEP, KEEP_SECONDS, RunRegistry
 
 BIG = "x" * 500_000
 

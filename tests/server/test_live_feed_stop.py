@@ -9,9 +9,9 @@ import asyncio
 import served_agent
 
 from handrail import InMemorySaver
+from handrail.server._events import LiveFeed
 from handrail.server.app import create_app
 from handrail.server.db import ServerDB
-from handrail.server.events import LiveFeed
 
 
 async def test_the_reader_stops_even_when_poked_just_before(tmp_path: object) -> None:

@@ -29,7 +29,7 @@ from handrail import InMemorySaver
 from handrail.cli._reload import PolicyReload
 from handrail.errors import ConfigurationError
 from handrail.server import ServerDB
-from handrail.server.service import Service
+from handrail.server._service import Service
 from handrail.worker import Worker
 
 ON_SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

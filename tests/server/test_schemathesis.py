@@ -3,7 +3,7 @@
 Every operation but the live inbox (a stream that never ends) gets a bounded number of
 generated requests (:data:`EXAMPLES`), each sent with a credential of each scope - run,
 review, admin - on a SQLite store holding one paused thread (SPEC §5.3: no client input
-gives a 500). The request bodies are typed (``server/bodies.py``) and the document names
+gives a 500). The request bodies are typed (``server/_bodies.py``) and the document names
 the served assistants, so generated runs reach the agent. handrail's own paths
 (``/handrail/...``) document their answers, problem details for 400, 401, 403, 404, 409,
 413 and 422 included, so their responses are checked against the document too: status,

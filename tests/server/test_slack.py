@@ -26,7 +26,8 @@ from handrail.notify.channels import Delivery, Endpoint
 from handrail.notify.events import event_of
 from handrail.notify.slack import SlackChannel, SlackSettings
 from handrail.runtime import answering
-from handrail.server import slack, slack_replies
+from handrail.server import _slack as slack
+from handrail.server import _slack_replies as slack_replies
 from handrail.server.app import create_app
 from handrail.server.slack_users import SlackUsers
 

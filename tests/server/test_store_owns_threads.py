@@ -1,4 +1,4 @@
-"""Two service processes on one store agree on every thread (``service.py``, rules S1-S5).
+"""Two service processes on one store agree on every thread (``_service.py``, rules S1-S5).
 
 Two apps (two ``create_app``, each with its own saver and its own connection to the
 service's tables, as two ``handrail serve`` processes have) serve one SQLite file or one
@@ -23,7 +23,7 @@ import served_agent
 
 from conftest import Backend
 from handrail.server import create_app
-from handrail.server.service import Service as AppService
+from handrail.server._service import Service as AppService
 from handrail.worker import Worker
 
 APPROVE = {"decisions": [{"type": "approve"}]}

@@ -213,7 +213,8 @@ async def test_a_service_with_no_worker_of_its_own_runs_no_answer(backend: Backe
     sent with ``?wait=true``: it waits for a worker, which runs the call."""
     import served_agent
 
-    from handrail.server import create_app, reviews
+    from handrail.server import _reviews as reviews
+    from handrail.server import create_app
     from handrail.worker import Worker
 
     monkeypatch.setattr(reviews, "WAIT_SECONDS", 0.5)

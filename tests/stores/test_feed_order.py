@@ -1,7 +1,7 @@
 """The feed's order and its damage: notices read in commit order, none missed, none twice.
 
 PostgreSQL numbers rows before they commit, so the feed gives each committed row its
-place when a reader *seals* it (``checkpoint/postgres/feed.py``): these tests hold a
+place when a reader *seals* it (``checkpoint/postgres/_feed.py``): these tests hold a
 transaction open across reads, race readers against writers, and damage stored rows.
 """
 

@@ -13,7 +13,7 @@ from _stores import drop_schema
 from handrail.checkpoint._records import Migration
 from handrail.checkpoint.base import Append, StoredEvent, ThreadRecord
 from handrail.checkpoint.integrity import SEAL, unseal
-from handrail.checkpoint.postgres.schema import Op, PostgresMigration, Query, migrations
+from handrail.checkpoint.postgres._schema import Op, PostgresMigration, Query, migrations
 
 pytest.importorskip("psycopg")
 from handrail.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver

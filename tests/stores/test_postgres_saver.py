@@ -25,8 +25,8 @@ from handrail.checkpoint.base import (
     ThreadFilter,
     ThreadRecord,
 )
-from handrail.checkpoint.postgres.read import page_key
-from handrail.checkpoint.postgres.schema import migrations
+from handrail.checkpoint.postgres._read import page_key
+from handrail.checkpoint.postgres._schema import migrations
 from handrail.errors import ConfigurationError, ConflictError, SerializationError
 
 psycopg = pytest.importorskip("psycopg")

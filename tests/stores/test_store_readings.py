@@ -26,7 +26,7 @@ from handrail import Command, InMemorySaver
 from handrail.checkpoint.base import Append, StoredEvent, ThreadRead, ThreadRecord
 from handrail.errors import ConflictError, SerializationError
 from handrail.runtime import commit
-from handrail.runtime.fold_codec import restore_reading
+from handrail.runtime._fold_codec import restore_reading
 from handrail.runtime.reading import checked_log, fold_events
 
 

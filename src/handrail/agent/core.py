@@ -4,8 +4,8 @@ A config names the thread (``configurable["thread_id"]``); an agent with a check
 needs one for every call, and an agent without one runs each call on a store of its
 own, where nothing can pause. :meth:`AgentCore._prepare_run` checks a run's config once,
 for invoke, stream and the answers recorded without running (``reviews.py``), and
-:meth:`AgentCore._run` hands the run to :func:`~handrail.agent.retry.attempts`, as a
-:class:`~handrail.agent.work.Work` either driver performs.
+:meth:`AgentCore._run` hands the run to :func:`~handrail.agent._retry.attempts`, as a
+:class:`~handrail.agent._work.Work` either driver performs.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from handrail.agent import retry
-from handrail.agent.callers import channel_of, identity_of
-from handrail.agent.work import Work
+from handrail.agent import _retry as retry
+from handrail.agent._callers import channel_of, identity_of
+from handrail.agent._work import Work
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.checkpoint.memory import InMemorySaver
 from handrail.errors import ConfigurationError

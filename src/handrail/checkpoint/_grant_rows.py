@@ -9,7 +9,7 @@ an unstorable value :class:`~handrail.errors.SerializationError`), and
 :func:`grant_from_row` checks every column read back (a damaged one raises
 :class:`~handrail.errors.SerializationError` naming the grant, SPEC rule 10).
 :func:`in_force_sql` and :func:`filter_sql` are the conditions of ``grant_matches`` in
-SQL. Both savers use it: ``sqlite/_grants.py`` and ``postgres/grants.py``.
+SQL. Both savers use it: ``sqlite/_grants.py`` and ``postgres/_grants.py``.
 """
 
 from __future__ import annotations

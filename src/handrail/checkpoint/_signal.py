@@ -3,7 +3,7 @@
 Stores whose queue lives in this process's memory or in a file (``InMemorySaver``,
 ``SqliteSaver``) cannot hear other processes; they wake the waiters of their own
 process at once, and workers poll for the rest (``handrail.worker``). PostgreSQL has
-``LISTEN``/``NOTIFY`` for that instead (``checkpoint/postgres/feed.py``).
+``LISTEN``/``NOTIFY`` for that instead (``checkpoint/postgres/_feed.py``).
 """
 
 from __future__ import annotations

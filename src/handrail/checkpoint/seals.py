@@ -167,7 +167,7 @@ def deletion_seal(
 ) -> bytes:
     """A deletion record's seal (rule 5): ``by`` and ``metadata`` as the store gives them back.
 
-    PostgreSQL computes it in SQL (``postgres/deletions.py``); the two must agree.
+    PostgreSQL computes it in SQL (``postgres/_deletions.py``); the two must agree.
     """
     return hashlib.sha256(
         b"".join(

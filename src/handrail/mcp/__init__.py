@@ -14,10 +14,10 @@ servers' JSON schemas, descriptions and annotations kept, each call sent to the 
 
 Needs the ``mcp`` extra: ``pip install 'handrail[mcp]'``. The rules of each part are at
 the top of its module: :mod:`~handrail.mcp.config` (servers, names, prefixes),
-:mod:`~handrail.mcp.loading` (duplicates, closing),
-:mod:`~handrail.mcp.tools` (schemas, annotations, idempotence),
-:mod:`~handrail.mcp.results` (what the model sees), :mod:`~handrail.mcp.session`
-(timeouts, crashes) and :mod:`~handrail.mcp.text` (names and text from a server).
+:mod:`~handrail.mcp._loading` (duplicates, closing),
+:mod:`~handrail.mcp._tools` (schemas, annotations, idempotence),
+:mod:`~handrail.mcp._results` (what the model sees), :mod:`~handrail.mcp._session`
+(timeouts, crashes) and :mod:`~handrail.mcp._text` (names and text from a server).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"handrail.mcp needs the MCP SDK: pip install 'handrail[mcp]' ({exc})") from exc
 
+from handrail.mcp._loading import McpTools, load_tools, load_tools_sync
+from handrail.mcp._session import McpCallError, McpConnectError, McpError
+from handrail.mcp._tools import McpTool, SkippedTool
 from handrail.mcp.config import McpServerConfig, ServerLike
-from handrail.mcp.loading import McpTools, load_tools, load_tools_sync
-from handrail.mcp.session import McpCallError, McpConnectError, McpError
-from handrail.mcp.tools import McpTool, SkippedTool
 
 __all__ = [
     "McpCallError",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handrail.errors import ConfigurationError
-from handrail.mcp.text import SERVER_NAME
+from handrail.mcp._text import SERVER_NAME
 
 __all__ = ["DEFAULT_TIMEOUT", "McpServerConfig", "Plan", "ServerLike", "read_plan"]
 

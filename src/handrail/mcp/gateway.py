@@ -9,7 +9,7 @@ G2 - A ``tools/call`` of a tool the policy does not gate is forwarded at once an
 G3 - A call of a gated tool is checked against the tool's input schema, then becomes a
      thread of the gateway's agent (``assistant_id``: the gateway's name; metadata: the
      MCP client, session, upstream and tool), whose relay model proposes exactly that
-     call (``relay.py``). The agent's review policy asks for a review, as for any agent:
+     call (``_relay.py``). The agent's review policy asks for a review, as for any agent:
      the inbox, the web pages, the review CLI, Slack, notifications and the audit show it.
 G4 - The call is forwarded only by the gateway's agent, in a run of its thread: under an
      answer the gate reads from the log where the tool runs (rules 19-20), with
@@ -20,7 +20,7 @@ G5 - The client's request is held while the review waits, at most ``hold`` secon
      a progress notification every ``progress_every`` seconds when the client gave a
      progress token. Then the reply says the review is pending and names
      ``handrail_await_review``, which holds again and returns the outcome
-     (``replies.py``). An answer given after the hold still runs: its result waits in
+     (``_replies.py``). An answer given after the hold still runs: its result waits in
      the thread for ``handrail_await_review``.
 G6 - A client that cancels its request withdraws the review (``Agent.withdraw``): it is
      recorded, rejected, and never run. A review already answered is not withdrawn.
@@ -49,10 +49,10 @@ from handrail import __version__
 from handrail.agent import Agent, create_agent
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.errors import ConfigurationError, HandrailError
-from handrail.mcp.relay import RelayModel, call_message
-from handrail.mcp.replies import AWAIT_TOOL, await_tool, error_result, pending_result, reply_for
-from handrail.mcp.session import McpCallError
-from handrail.mcp.text import clean_text
+from handrail.mcp._relay import RelayModel, call_message
+from handrail.mcp._replies import AWAIT_TOOL, await_tool, error_result, pending_result, reply_for
+from handrail.mcp._session import McpCallError
+from handrail.mcp._text import clean_text
 from handrail.mcp.upstreams import Upstreams
 from handrail.messages import ToolMessage
 from handrail.middleware import HumanInTheLoopMiddleware

@@ -31,11 +31,11 @@ import mcp_types as types
 from mcp import Client
 
 from handrail.errors import ConfigurationError
+from handrail.mcp._results import result_message
+from handrail.mcp._session import Connection, McpCallError
+from handrail.mcp._text import SERVER_NAME
+from handrail.mcp._tools import McpTool, build_tools
 from handrail.mcp.config import McpServerConfig
-from handrail.mcp.results import result_message
-from handrail.mcp.session import Connection, McpCallError
-from handrail.mcp.text import SERVER_NAME
-from handrail.mcp.tools import McpTool, build_tools
 from handrail.messages import ToolMessage, new_id
 
 __all__ = ["RESULT_KEY", "ForwardTool", "Route", "Upstreams"]

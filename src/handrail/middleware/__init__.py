@@ -8,7 +8,7 @@ that does not use them does not pay for their import.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from handrail.middleware.decorators import (
+from handrail.middleware._decorators import (
     after_agent,
     after_model,
     before_agent,
@@ -43,18 +43,18 @@ from handrail.middleware.types import (
 )
 
 if TYPE_CHECKING:
-    from handrail.middleware.fallback import ModelFallbackMiddleware
-    from handrail.middleware.limits import ModelCallLimitMiddleware, ToolCallLimitMiddleware
-    from handrail.middleware.retry import ModelRetryMiddleware, ToolRetryMiddleware
-    from handrail.middleware.summarization import SummarizationMiddleware
+    from handrail.middleware._fallback import ModelFallbackMiddleware
+    from handrail.middleware._limits import ModelCallLimitMiddleware, ToolCallLimitMiddleware
+    from handrail.middleware._retry import ModelRetryMiddleware, ToolRetryMiddleware
+    from handrail.middleware._summarization import SummarizationMiddleware
 
 _ON_FIRST_USE = {
-    "ModelFallbackMiddleware": "handrail.middleware.fallback",
-    "ModelCallLimitMiddleware": "handrail.middleware.limits",
-    "ToolCallLimitMiddleware": "handrail.middleware.limits",
-    "ModelRetryMiddleware": "handrail.middleware.retry",
-    "ToolRetryMiddleware": "handrail.middleware.retry",
-    "SummarizationMiddleware": "handrail.middleware.summarization",
+    "ModelFallbackMiddleware": "handrail.middleware._fallback",
+    "ModelCallLimitMiddleware": "handrail.middleware._limits",
+    "ToolCallLimitMiddleware": "handrail.middleware._limits",
+    "ModelRetryMiddleware": "handrail.middleware._retry",
+    "ToolRetryMiddleware": "handrail.middleware._retry",
+    "SummarizationMiddleware": "handrail.middleware._summarization",
 }
 
 __all__ = [

@@ -48,7 +48,7 @@ RETENTION = 7 * 24 * 3600.0
 def default_channels(db: ServerDB, *, slack_api_url: str | None = None) -> dict[str, Channel]:
     """The channels of every kind: webhooks; Slack when a bot token is set up
     (``handrail slack setup``); email (its settings come with each endpoint)."""
-    from handrail.notify.email import EmailChannel
+    from handrail.notify._email import EmailChannel
     from handrail.notify.webhooks import WebhookChannel
 
     channels: dict[str, Channel] = {"webhook": WebhookChannel(), "email": EmailChannel(db)}

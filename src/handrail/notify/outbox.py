@@ -30,7 +30,7 @@ The rules this module keeps:
 
 Tables (the service's own, beside its tokens: ``handrail.server.db``):
 ``handrail_server_endpoints`` and ``handrail_server_deliveries``, their schema and
-statements in ``handrail.notify.outbox_tables``.
+statements in ``handrail.notify._outbox_tables``.
 """
 
 from __future__ import annotations
@@ -45,9 +45,7 @@ from typing import Any
 
 import orjson
 
-from handrail.notify.channels import CHANNEL_KINDS, Delivery, Endpoint, Sent
-from handrail.notify.events import Event
-from handrail.notify.outbox_tables import (
+from handrail.notify._outbox_tables import (
     ADVANCE,
     CLAIM,
     DELIVERY_COLUMNS,
@@ -60,6 +58,8 @@ from handrail.notify.outbox_tables import (
     endpoint_of,
     to_json,
 )
+from handrail.notify.channels import CHANNEL_KINDS, Delivery, Endpoint, Sent
+from handrail.notify.events import Event
 from handrail.server.db import ServerDB
 
 __all__ = ["LEASE", "RETRY_FOR", "NotFailedError", "Outbox", "Turn", "backoff"]

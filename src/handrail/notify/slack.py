@@ -9,7 +9,7 @@ that receipt and update the message to a stamp (``handrail.notify.slack_stamps``
 "Approved by alice in Slack at 10:42 UTC", "1 of 2 approvals (alice)"); without one
 they post the stamp as a new message.
 ``run.finished`` and ``run.failed`` post a short line. A click on a button reaches the
-service's interactivity endpoint (``handrail.server.slack``).
+service's interactivity endpoint (``handrail.server._slack``).
 
 Slack's answers are told as a :class:`~handrail.notify.channels.Sent`, never raised:
 ``ratelimited`` waits for ``Retry-After`` once when Slack asks for at most

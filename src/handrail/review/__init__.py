@@ -8,7 +8,7 @@ authorizes exactly that call. The gate is checked where tools run - the executor
 channel can skip it: not a model turn, input, ``Command(update=...)``, ``update_state``,
 a fork, a replay from an earlier checkpoint, nor a worker on another machine. This
 package is pure: it reads policies, review values and answers, and says what may
-happen; the run's steps (``runtime/steps.py``) and the fold (``runtime/fold.py``) act on it.
+happen; the run's steps (``runtime/_steps.py``) and the fold (``runtime/_fold.py``) act on it.
 
 Rule 5 - An answer is checked completely before it is saved (:func:`check_answer`):
     its shape, one decision per call asked about, each decision one the call's review
@@ -17,7 +17,7 @@ Rule 5 - An answer is checked completely before it is saved (:func:`check_answer
     tool's ``allowed_decisions`` include ``approve``; its ``reviewers`` include one of the
     author's roles). A refused answer saves nothing.
 Rule 9 - A call that started and never finished, whose run is gone, is asked about as
-    ``outcome_unknown`` (``runtime/rules.py`` raises it); its answer is one more case of
+    ``outcome_unknown`` (``runtime/_rules.py`` raises it); its answer is one more case of
     :func:`call_outcome`: approve runs again what was started, respond gives its result,
     reject gives the rejection. An idempotent tool runs again under the answer its start
     used.
@@ -35,7 +35,7 @@ Rule 19 - An answer is bound, call by call, to what its reviewer saw: the call i
 Rule 20 - An approval authorizes one execution: the call's ``tool_started`` event uses
     it up. A ``branch`` (a fork, a replay from an earlier checkpoint) starts with no
     answers: every gated call is asked about again there. A call that finished is never
-    run again on its branch (an update may not take its result away: ``rules.py``).
+    run again on its branch (an update may not take its result away: ``_rules.py``).
 
 What the executor does with an outcome: :class:`Run` runs the call (an edit runs the
 edited action, and its result starts with the edit notice); :class:`Result` records a
@@ -44,14 +44,14 @@ is now (whatever the policies' mode: the batched review was asked before the too
 and a call found unanswered there is asked about on its own).
 """
 
-from handrail.review.answers import (
+from handrail.review._answers import (
     ANYONE,
     OUTCOME_DECISIONS,
     check_answer,
     check_outcome_decision,
     is_canonical,
 )
-from handrail.review.outcome import (
+from handrail.review._outcome import (
     Answer,
     Ask,
     Outcome,
@@ -62,16 +62,7 @@ from handrail.review.outcome import (
     call_outcome,
     expired_message,
 )
-from handrail.review.policy import (
-    NO_POLICIES,
-    Policies,
-    Policy,
-    parse_policy,
-    reject_message,
-    with_edit_notice,
-)
-from handrail.review.terms import DEFAULT_TERMS, CallTerms, expires_at, needs_count, terms_for, terms_of
-from handrail.review.who import (
+from handrail.review._who import (
     authorize,
     may_answer,
     refusal,
@@ -81,6 +72,15 @@ from handrail.review.who import (
     tool_refusal,
     tools_asked,
 )
+from handrail.review.policy import (
+    NO_POLICIES,
+    Policies,
+    Policy,
+    parse_policy,
+    reject_message,
+    with_edit_notice,
+)
+from handrail.review.terms import DEFAULT_TERMS, CallTerms, expires_at, needs_count, terms_for, terms_of
 
 __all__ = [
     "ANYONE",

@@ -34,11 +34,11 @@ from typing import Any
 from handrail.checkpoint.grants import GrantRecord
 from handrail.errors import InvalidDecisionError, short_repr
 from handrail.messages import ToolCall
-from handrail.review.outcome import call_digest
+from handrail.review._outcome import call_digest
+from handrail.review._who import reviewer_id, tool_refusal
 from handrail.review.policy import Policies
 from handrail.review.quorum import decisions_of
 from handrail.review.terms import calls_asked
-from handrail.review.who import reviewer_id, tool_refusal
 
 __all__ = [
     "GRANT_KEYS",

@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from handrail.review.outcome import call_digest
+from handrail.review._outcome import call_digest
+from handrail.review._who import reviewer_id
 from handrail.review.terms import calls_asked, terms_of
-from handrail.review.who import reviewer_id
 
 __all__ = [
     "CallApprovals",

@@ -6,7 +6,7 @@ LangChain's per-call review fills it with the decisions the tool allows - an edi
 as a ``oneOf`` told apart by ``type``. handrail gives a per-call review's
 :class:`~handrail.Interrupt` the same shape, made from the review's value (its
 ``allowed_decisions``) and the tool, so a client can build or check an answer from it.
-The schema describes; rule 5 still decides (``answers.py`` checks every answer).
+The schema describes; rule 5 still decides (``_answers.py`` checks every answer).
 """
 
 from __future__ import annotations

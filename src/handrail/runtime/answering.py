@@ -20,7 +20,7 @@ client that cancelled its call, ``handrail.mcp``): every call it holds, decided 
 or not, is rejected with the reason given, channel and withdrawer recorded. A withdrawal
 can only reject, so it needs no reviewer's role; it never makes anything run.
 
-The gate checks the same terms again where the call runs (``handrail.review.outcome``).
+The gate checks the same terms again where the call runs (``handrail.review._outcome``).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from handrail.review import check_answer, reviewer_id, terms_of
 from handrail.review.grants import grants_given
 from handrail.review.quorum import count_votes, decisions_of, settled_answer, vote_as_cast
 from handrail.review.terms import calls_asked, needs_count
+from handrail.runtime._fold import ThreadFold
+from handrail.runtime._pending import InterruptRecord
 from handrail.runtime.events import Event
-from handrail.runtime.fold import ThreadFold
-from handrail.runtime.pending import InterruptRecord
 
 if TYPE_CHECKING:
     from handrail.runtime.spec import AgentSpec

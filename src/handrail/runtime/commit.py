@@ -18,7 +18,7 @@ A saved reading is sealed on its own, and holds the chain's hash at its event.
 Rule 3 - One writer. An append names the head it follows and the thread's epoch; the
 store refuses it when another writer moved the thread first (SPEC rule 8). An append
 refused for answers another writer recorded meanwhile, to reviews it does not answer,
-is put after them (``rebase.py``), up to ``_REBASES`` times; any other refusal stops
+is put after them (``_rebase.py``), up to ``_REBASES`` times; any other refusal stops
 the run with a ConflictError in the run's terms, and nothing of the append is saved.
 After a failed append, or a failure while preparing one, the run is *broken*: its fold
 may hold events the store will not, and it writes nothing more.
@@ -49,12 +49,12 @@ need not wait for the disk keeps the time of the run's previous append while the
 is the same (the row tells when a run started, paused or finished).
 
 Rule 7 - What rides on an append. The grants an answer gives (rule 16: born with it),
-the feed's notices of reviews asked and answered and of the run's end (``notices.py``)
+the feed's notices of reviews asked and answered and of the run's end (``_notices.py``)
 and, for answers recorded for a worker to run (``Agent.decide``), the thread's place in
 the queue.
 
 Rule 8 - When a reading is saved. A run's last append also saves the whole reading of
-the thread (``fold_codec.py``) once twice as many events were added since the last
+the thread (``_fold_codec.py``) once twice as many events were added since the last
 saved one as the thread has messages, at least ``READING_MIN`` and at most
 ``READING_EVERY``: a new process then folds at most that many (SPEC §6). A reading
 costs about as much to write as the thread has messages, so the interval grows with it
@@ -81,6 +81,11 @@ from handrail.checkpoint.grants import GrantChange, GrantRecord
 from handrail.errors import ConflictError
 from handrail.messages import BaseMessage, new_id
 from handrail.review.grants import records_from as grant_records
+from handrail.runtime._fold import ThreadFold
+from handrail.runtime._fold_codec import saved_reading
+from handrail.runtime._notices import notices_of
+from handrail.runtime._pending import InterruptRecord
+from handrail.runtime._rebase import rebase
 from handrail.runtime.effects import Effect, Env, Gen, drive_async, drive_sync
 from handrail.runtime.events import (
     Event,
@@ -89,11 +94,6 @@ from handrail.runtime.events import (
     review_record,
     tools_named_by,
 )
-from handrail.runtime.fold import ThreadFold
-from handrail.runtime.fold_codec import saved_reading
-from handrail.runtime.notices import notices_of
-from handrail.runtime.pending import InterruptRecord
-from handrail.runtime.rebase import rebase
 
 __all__ = [
     "READING_EVERY",
@@ -365,7 +365,7 @@ def buffer(env: Env, events: list[Event]) -> None:
             event.seq = fold.head_seq + 1
             event.created_at = now
             _assign_message_ids(event)
-            if event.kind == "resume":  # what was asked, for the notice of its answer (``notices.py``)
+            if event.kind == "resume":  # what was asked, for the notice of its answer (``_notices.py``)
                 asked = fold.pending
                 env.asked.update((i, asked[i]) for i in event.data["answers"] if i in asked)
             if event.kind in ("step", "update") and event.data.get("next") is None:

@@ -28,9 +28,9 @@ from handrail.middleware.types import (
     hook_is_defined,
 )
 from handrail.models.base import accumulate_chunks
+from handrail.runtime._fold import ThreadFold
+from handrail.runtime._pending import InterruptRecord
 from handrail.runtime.events import Event
-from handrail.runtime.fold import ThreadFold
-from handrail.runtime.pending import InterruptRecord
 from handrail.runtime.spec import AgentSpec
 from handrail.tools import run_coroutine_sync
 

@@ -13,7 +13,7 @@ checkpoints, pending interrupts, the audit trail) is a reading of it. The kinds:
                   "source"?}`` (task defaults to the step, index to 0, kind to
                   ``"interrupt"``); an ``outcome_unknown`` one also names the run that
                   died and the run and process that took over: ``"abandoned"``,
-                  ``"run_id"``, ``"worker"`` (``recovery.py``); a gate's review also holds
+                  ``"run_id"``, ``"worker"`` (``_recovery.py``); a gate's review also holds
                   the ``"terms"`` it was asked under when they are not the defaults
                   (``handrail.review.terms``)
 ``approval``      one vote on a review that counts approvals (rule 14), which stays

@@ -1,7 +1,7 @@
 """The run loop, written once for sync and async (see ``effects.py`` for the drivers).
 
-:func:`run` reads the thread (``reading.py``), lets ``rules.py`` turn the input into
-events, and runs the due steps (``steps.py``) until the thread pauses or finishes. Each
+:func:`run` reads the thread (``reading.py``), lets ``_rules.py`` turn the input into
+events, and runs the due steps (``_steps.py``) until the thread pauses or finishes. Each
 step's events are saved before a step with effects begins (SPEC rule 7, ``commit.py``).
 :func:`update_state`, the other writer, lives here too.
 """
@@ -14,19 +14,19 @@ from typing import Any, NamedTuple
 from handrail.context import Runtime
 from handrail.errors import ConfigurationError, GraphRecursionError, InvalidInputError
 from handrail.review.quorum import CallApprovals, progress
-from handrail.runtime import rules
-from handrail.runtime.checkpoint_ids import checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime import _rules as rules
+from handrail.runtime._checkpoint_ids import checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime._compat import recursion_limit
+from handrail.runtime._fold import ThreadFold
+from handrail.runtime._recovery import unfinished_tool_interrupts
+from handrail.runtime._steps import hook_step, model_step, stream_writer, tools_step
+from handrail.runtime._updates import coerce_update
 from handrail.runtime.commit import Persist, buffer, flush
-from handrail.runtime.compat import recursion_limit
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import Event
-from handrail.runtime.fold import ThreadFold
 from handrail.runtime.plan import MODEL, TOOLS
 from handrail.runtime.reading import interrupts_of, load
-from handrail.runtime.recovery import unfinished_tool_interrupts
-from handrail.runtime.steps import hook_step, model_step, stream_writer, tools_step
 from handrail.runtime.streaming import Emit
-from handrail.runtime.updates import coerce_update
 from handrail.types import Interrupt, RunnableConfig
 
 __all__ = ["CancelledBy", "RunRequest", "RunResult", "cancelled_by", "run", "update_state"]

@@ -20,10 +20,10 @@ from typing import Any
 from handrail.checkpoint.base import DeletionRecord, ThreadFilter, ThreadRead
 from handrail.checkpoint.integrity import GENESIS, head_mismatch, is_sealed
 from handrail.errors import InvalidInputError, SerializationError, short_repr, stored_time
-from handrail.runtime.audit import TrailReader
+from handrail.runtime._audit import TrailReader
+from handrail.runtime._fold_codec import to_snapshot
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import AUDIT_KINDS, CHECKPOINT_KINDS, Event, encode_event
-from handrail.runtime.fold_codec import to_snapshot
 from handrail.runtime.reading import anchors_of, checked_log, checked_read, fold_events, start_of
 from handrail.types import AuditEntry, AuditVerification
 

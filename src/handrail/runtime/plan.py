@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from handrail.messages import BaseMessage
 from handrail.middleware.types import AgentMiddleware, hook_is_defined
-from handrail.runtime.pending import pending_tool_calls
+from handrail.runtime._pending import pending_tool_calls
 
 __all__ = ["HookStep", "Plan"]
 

@@ -21,13 +21,13 @@ from handrail.checkpoint.base import StoredEvent, ThreadRead, ThreadRecord
 from handrail.checkpoint.integrity import GENESIS, ChainWalk, walk
 from handrail.errors import InvalidInputError, SerializationError, stored_time
 from handrail.review.response_schema import response_schema
-from handrail.runtime import rules
-from handrail.runtime.checkpoint_ids import checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime import _rules as rules
+from handrail.runtime._checkpoint_ids import checkpoint_id_of, seq_of_checkpoint
+from handrail.runtime._fold import ThreadFold
+from handrail.runtime._fold_codec import from_snapshot, restore_reading
+from handrail.runtime._recovery import unfinished_tool_interrupts
 from handrail.runtime.effects import Effect, Env, StoreCall
 from handrail.runtime.events import CHECKPOINT_KINDS, Event, decode_event
-from handrail.runtime.fold import ThreadFold
-from handrail.runtime.fold_codec import from_snapshot, restore_reading
-from handrail.runtime.recovery import unfinished_tool_interrupts
 from handrail.runtime.spec import AgentSpec
 from handrail.types import Interrupt, RunnableConfig, StateSnapshot
 

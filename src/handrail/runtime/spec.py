@@ -14,7 +14,7 @@ from handrail.errors import ConfigurationError
 from handrail.middleware.types import AgentMiddleware, hook_is_defined
 from handrail.models.base import ChatModel
 from handrail.review import NO_POLICIES, Policies
-from handrail.runtime.fold import Reducer, ThreadFold
+from handrail.runtime._fold import Reducer, ThreadFold
 from handrail.runtime.plan import Plan
 from handrail.tools import Tool
 

@@ -95,7 +95,7 @@ class _Frames:
     def __init__(self, gen: Gen, env: Env) -> None:
         self.stack: list[tuple[Gen, Env]] = [(gen, env)]
         self.outbox = _Outbox()
-        env.emit = self.outbox  # another attempt's Env takes it over (agent/retry.py)
+        env.emit = self.outbox  # another attempt's Env takes it over (agent/_retry.py)
         self.value: Any = None
         self.error: BaseException | None = None
 

@@ -23,13 +23,20 @@ from handrail.notify.channels import Channel
 from handrail.notify.config import NotifySettings, apply_settings
 from handrail.notify.deliverer import Deliverer, default_channels
 from handrail.notify.outbox import Outbox
-from handrail.server import events, grants, pages, reviews, runs, slack, slack_replies, threads, webhooks
+from handrail.server import _events as events
+from handrail.server import _reviews as reviews
+from handrail.server import _runs as runs
+from handrail.server import _slack as slack
+from handrail.server import _slack_replies as slack_replies
+from handrail.server import _threads as threads
+from handrail.server import _webhooks as webhooks
+from handrail.server import grants, pages
+from handrail.server._events import LiveFeed
+from handrail.server._limits import RateLimit, RequestGuard
+from handrail.server._problems import BodyLimit, install
+from handrail.server._registry import RunRegistry
+from handrail.server._service import Service
 from handrail.server.db import ServerDB
-from handrail.server.events import LiveFeed
-from handrail.server.limits import RateLimit, RequestGuard
-from handrail.server.problems import BodyLimit, install
-from handrail.server.registry import RunRegistry
-from handrail.server.service import Service
 from handrail.sweep import asweep
 from handrail.worker import Worker
 
@@ -65,7 +72,7 @@ def create_app(
 
     Request bodies are at most ``max_body`` bytes; JSON, ids and pages are bounded as
     ``limits.py`` says. ``rate_limit``: at most this many requests a second per
-    credential (a 429 beyond; :class:`~handrail.server.limits.RateLimit`); None, the
+    credential (a 429 beyond; :class:`~handrail.server._limits.RateLimit`); None, the
     default: no limit. Every ``sweep_every`` seconds it resolves the reviews of its agents
     that expired unanswered (SPEC rule 15, ``handrail.sweep``); None: never here.
 
@@ -190,7 +197,7 @@ def create_app(
 VERSION = "0.1.0"
 
 # What every answer that is not a page of the web inbox carries (the pages set their own,
-# ``pages/render.py``): JSON is never a document to run scripts in or to frame.
+# ``pages/_render.py``): JSON is never a document to run scripts in or to frame.
 _API_HEADERS = [
     (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
     (b"x-content-type-options", b"nosniff"),

@@ -3,7 +3,7 @@
 The store's tables belong to the checkpointer; the service keeps what only it needs -
 credentials, browser sessions and one-time sign-in links - in tables of its own, named
 ``handrail_server_*``, through its own connection. Threads are the store's alone
-(``service.py``, rule S1): the table of threads created and not run that older
+(``_service.py``, rule S1): the table of threads created and not run that older
 versions kept, ``handrail_server_threads``, is moved into the store at start-up and
 dropped (:meth:`ServerDB.old_thread_rows`). SQL is written once with ``?``
 placeholders; for PostgreSQL they become ``%s``.

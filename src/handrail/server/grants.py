@@ -25,11 +25,11 @@ from starlette.responses import Response
 from handrail.checkpoint.grants import GrantFilter, GrantRecord
 from handrail.review import reviewer_id, tool_refusal
 from handrail.runtime import answering
-from handrail.server.access import require
-from handrail.server.auth import caller
-from handrail.server.limits import MAX_ID, GuardedRoute
-from handrail.server.problems import Problem, documented
-from handrail.server.service import Service
+from handrail.server._access import require
+from handrail.server._auth import caller
+from handrail.server._limits import MAX_ID, GuardedRoute
+from handrail.server._problems import Problem, documented
+from handrail.server._service import Service
 from handrail.server.tokens import Credential
 from handrail.server.wire import to_wire
 

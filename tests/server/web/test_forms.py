@@ -10,11 +10,11 @@ from pydantic import BaseModel
 
 from conftest import missing
 from handrail import tool
-from handrail.server.pages.forms import FieldSpec, build_fields, read_fields
-from handrail.server.pages.lookup import ReviewAt, answer_verb
-from handrail.server.pages.markup import age, clock, highlight_json, line_diff, summary, visible
-from handrail.server.pages.review import read_answer
-from handrail.server.pages.shape import read_shape
+from handrail.server.pages._forms import FieldSpec, build_fields, read_fields
+from handrail.server.pages._lookup import ReviewAt, answer_verb
+from handrail.server.pages._markup import age, clock, highlight_json, line_diff, summary, visible
+from handrail.server.pages._review import read_answer
+from handrail.server.pages._shape import read_shape
 from handrail.types import AuditEntry
 
 

@@ -28,7 +28,7 @@ import pytest
 
 from handrail.checkpoint.sqlite import SqliteSaver
 from handrail.server import ServerDB, create_app
-from handrail.server.pages.grant_form import grant_words, read_grant
+from handrail.server.pages._grant_form import grant_words, read_grant
 
 
 class Site:

@@ -22,8 +22,8 @@ import web_agent
 from handrail import HumanInTheLoopMiddleware, ScriptedModel, create_agent
 from handrail.checkpoint.sqlite import SqliteSaver
 from handrail.server import ServerDB, create_app
-from handrail.server.pages import bulk as bulk_page
-from handrail.server.pages import inbox as inbox_page
+from handrail.server.pages import _bulk as bulk_page
+from handrail.server.pages import _inbox as inbox_page
 
 APPROVE = {"answer": {"decisions": [{"type": "approve"}]}}
 

@@ -29,7 +29,7 @@ from handrail.checkpoint.sqlite import SqliteSaver
 from handrail.review.quorum import CallApprovals
 from handrail.runtime import answering
 from handrail.server import ServerDB, create_app
-from handrail.server.pages import policy
+from handrail.server.pages import _policy as policy
 
 HOUR = 3600
 

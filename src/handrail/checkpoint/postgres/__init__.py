@@ -4,36 +4,36 @@ Install with ``pip install 'handrail[postgres]'`` (psycopg 3 and psycopg_pool).
 
 The backend, one concept a module:
 
-- :mod:`~handrail.checkpoint.postgres.schema`: the tables, their migrations (SQL, or a
+- :mod:`~handrail.checkpoint.postgres._schema`: the tables, their migrations (SQL, or a
   step in Python), and setup, one transaction under an advisory lock.
-- :mod:`~handrail.checkpoint.postgres.write`: the write path. An append is one statement
+- :mod:`~handrail.checkpoint.postgres._write`: the write path. An append is one statement
   (one round trip, one transaction) that moves the thread's head or raises a conflict,
   its rows sealed (``checkpoint/seals.py``); the one thing the saver remembers between
-  appends. :mod:`~handrail.checkpoint.postgres.prune`: pruning.
-- :mod:`~handrail.checkpoint.postgres.deletions`: deleting a thread, and the record of
+  appends. :mod:`~handrail.checkpoint.postgres._prune`: pruning.
+- :mod:`~handrail.checkpoint.postgres._deletions`: deleting a thread, and the record of
   it that stays (SPEC rule 21), written in the same transaction.
-- :mod:`~handrail.checkpoint.postgres.grants`: grants (SPEC rule 16): added in an
+- :mod:`~handrail.checkpoint.postgres._grants`: grants (SPEC rule 16): added in an
   append's transaction, each use spent by one conditional ``UPDATE`` (race-safe under
   READ COMMITTED), listed, revoked; a thread's deletion leaves them.
-- :mod:`~handrail.checkpoint.postgres.read`: reads (one statement, one snapshot) and the
+- :mod:`~handrail.checkpoint.postgres._read`: reads (one statement, one snapshot) and the
   reviewers' inbox (one index walked in page order), every row checked against its seal.
-- :mod:`~handrail.checkpoint.postgres.repair`: a thread's rows rebuilt from its log.
-- :mod:`~handrail.checkpoint.postgres.liveness`: run liveness (SPEC rule 9), advisory
+- :mod:`~handrail.checkpoint.postgres._repair`: a thread's rows rebuilt from its log.
+- :mod:`~handrail.checkpoint.postgres._liveness`: run liveness (SPEC rule 9), advisory
   locks that die with their connection.
-- :mod:`~handrail.checkpoint.postgres.queries`: all of the above for one schema. Every
+- :mod:`~handrail.checkpoint.postgres._queries`: all of the above for one schema. Every
   operation is written once, as a generator that yields batches of SQL and receives
   their results, with no I/O (:mod:`~handrail.checkpoint.postgres._base`).
-- :mod:`~handrail.checkpoint.postgres.core`: the saver, written once for both: its rules
+- :mod:`~handrail.checkpoint.postgres._core`: the saver, written once for both: its rules
   (connections, setup, the liveness lock, what it remembers, waits, closing, locks) at
   the top, and the steps that keep them; each step is a generator that a driver runs.
-  :mod:`~handrail.checkpoint.postgres.protocol`: the store protocol's methods, each a
+  :mod:`~handrail.checkpoint.postgres._protocol`: the store protocol's methods, each a
   step, made into sync and async methods.
-- :mod:`~handrail.checkpoint.postgres.drivers`: run the steps, with blocking psycopg calls
+- :mod:`~handrail.checkpoint.postgres._drivers`: run the steps, with blocking psycopg calls
   or on an event loop, with psycopg's public API only (``execute``, prepared by psycopg
   after ``prepare_threshold`` runs; several statements in pipeline mode).
-  :mod:`~handrail.checkpoint.postgres.connect`: open connections, failing fast with the
+  :mod:`~handrail.checkpoint.postgres._connect`: open connections, failing fast with the
   server named when it cannot be reached.
-- :mod:`~handrail.checkpoint.postgres.sync` and :mod:`~handrail.checkpoint.postgres.aio`:
+- :mod:`~handrail.checkpoint.postgres._sync` and :mod:`~handrail.checkpoint.postgres._aio`:
   the savers, facades that say which driver runs them and what is their own.
 
 Example::
@@ -55,8 +55,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "pip install 'handrail[postgres]'"
     ) from exc
 
-from handrail.checkpoint.postgres.aio import AsyncPostgresSaver
-from handrail.checkpoint.postgres.connect import CONNECT_TIMEOUT, PREPARE_THRESHOLD
-from handrail.checkpoint.postgres.sync import PostgresSaver
+from handrail.checkpoint.postgres._aio import AsyncPostgresSaver
+from handrail.checkpoint.postgres._connect import CONNECT_TIMEOUT, PREPARE_THRESHOLD
+from handrail.checkpoint.postgres._sync import PostgresSaver
 
 __all__ = ["CONNECT_TIMEOUT", "PREPARE_THRESHOLD", "AsyncPostgresSaver", "PostgresSaver"]

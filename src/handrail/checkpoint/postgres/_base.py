@@ -2,11 +2,11 @@
 
 An *operation* (:data:`Op`) is a generator that yields batches of :class:`Query` and
 receives their :class:`Result` s; it performs no I/O. The drivers
-(:mod:`handrail.checkpoint.postgres.drivers`) run it, sync or async, each batch in one
+(:mod:`handrail.checkpoint.postgres._drivers`) run it, sync or async, each batch in one
 round trip, so every exchange with the server is written once for both savers.
 :class:`Tables` holds the names and shared SQL of one schema; the concept modules
 (``schema``, ``write``, ``read``, ``liveness``) add its operations, and
-:class:`~handrail.checkpoint.postgres.queries.Queries` is all of them together.
+:class:`~handrail.checkpoint.postgres._queries.Queries` is all of them together.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Tables:
         self.pending_metadata, self.readings = f"{p}pending_metadata", f"{p}readings"
         self.feed, self.deletions = f"{p}feed", f"{p}deletions"
         self.lock_key = zlib.crc32((schema or "").encode()) - 2**31
-        # the feed's sealer lock (``feed.py``): one 64-bit key per schema, apart from liveness keys
+        # the feed's sealer lock (``_feed.py``): one 64-bit key per schema, apart from liveness keys
         self._feed_key = 2**62 + 1 + zlib.crc32(b"handrail feed " + (schema or "").encode())
         check = _probe if probe_locks else _alive
 
@@ -119,8 +119,8 @@ class Tables:
 
     @property
     def migrations(self) -> tuple[Any, ...]:
-        """The schema, version by version (see :mod:`handrail.checkpoint.postgres.schema`)."""
-        from handrail.checkpoint.postgres.schema import migrations
+        """The schema, version by version (see :mod:`handrail.checkpoint.postgres._schema`)."""
+        from handrail.checkpoint.postgres._schema import migrations
 
         return migrations(self.prefix)
 

@@ -20,9 +20,16 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 
-from handrail.server.pages import bulk, deliveries, grants_page, inbox, raw, review, signin, thread
-from handrail.server.pages.errors import HtmlErrors
-from handrail.server.pages.render import STATIC, StaticFiles, error_page, html, session_visitor
+from handrail.server.pages import _bulk as bulk
+from handrail.server.pages import _deliveries as deliveries
+from handrail.server.pages import _grants_page as grants_page
+from handrail.server.pages import _inbox as inbox
+from handrail.server.pages import _raw as raw
+from handrail.server.pages import _review as review
+from handrail.server.pages import _signin as signin
+from handrail.server.pages import _thread as thread
+from handrail.server.pages._errors import HtmlErrors
+from handrail.server.pages._render import STATIC, StaticFiles, error_page, html, session_visitor
 
 __all__ = ["HtmlErrors", "install"]
 
