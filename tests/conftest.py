@@ -98,10 +98,10 @@ SLOW_MODULES = frozenset(
         "tests/server/test_workers.py",
         "tests/server/test_live_inbox.py",
         "tests/server/test_webhooks_processes.py",
-        "tests/stores/test_processes.py",
-        "tests/stores/test_fault_injection.py",
-        "tests/stores/test_sqlite_damaged_columns.py",
-        "tests/stores/test_postgres_damaged_columns.py",
+        "tests/checkpoint/test_processes.py",
+        "tests/checkpoint/test_fault_injection.py",
+        "tests/checkpoint/test_sqlite_damaged_columns.py",
+        "tests/checkpoint/test_postgres_damaged_columns.py",
     }
 )
 

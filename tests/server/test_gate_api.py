@@ -3,7 +3,7 @@ and PostgreSQL.
 
 Each test is an attack a security review made with an ordinary token, judged by the ledger
 the served agent's tools write on every real execution, never by the service's reply. The
-same attacks through Python are in ``tests/stores/test_store_gate.py``; the rebinding of a
+same attacks through Python are in ``tests/checkpoint/test_store_gate.py``; the rebinding of a
 thread to another agent is in ``test_binding.py``.
 """
 

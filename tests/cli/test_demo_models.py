@@ -13,7 +13,7 @@ import pytest
 
 from handrail.cli import main
 
-sys.path.insert(0, str(Path(__file__).parent / "models"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from _llm_server import LLMServer, json_reply, openai_completion, openai_tool_call
 
 

@@ -25,7 +25,7 @@ from handrail import SqliteSaver
 from handrail.cli import main
 from handrail.runtime import answering
 
-WEB_TESTS = Path(__file__).resolve().parent / "server" / "web"
+WEB_TESTS = Path(__file__).resolve().parents[1] / "server" / "web"
 HOUR = 3600
 
 

@@ -23,7 +23,7 @@ from handrail import (
     tool,
 )
 
-FIXTURE = Path(__file__).parent / "fixtures" / "threads_before_the_gate.db"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "threads_before_the_gate.db"
 POLICY = {"write_file": True, "execute_sql": True, "refresh_cache": True}
 ALICE = {"id": "alice", "roles": []}
 

@@ -339,7 +339,7 @@ def test_make_demo_installs_the_core_and_the_cli_extra_and_make_test_the_dev_too
     make = shutil.which("make")
     if make is None:
         pytest.skip("make is not installed")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(root / name, tmp_path / name)  # a fresh clone: no .venv yet
 

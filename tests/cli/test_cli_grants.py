@@ -28,7 +28,7 @@ import pytest
 from handrail import SqliteSaver
 from handrail.cli import main
 
-WEB_TESTS = Path(__file__).resolve().parent / "server" / "web"
+WEB_TESTS = Path(__file__).resolve().parents[1] / "server" / "web"
 PG_DSN = os.environ.get("HANDRAIL_TEST_POSTGRES_DSN") or "postgresql://postgres@127.0.0.1:5432/test"
 
 

@@ -30,7 +30,7 @@ from handrail.runtime.events import decode_event
 
 from _support import AgentFactory, call, config, turn
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "handrail"
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "handrail"
 
 
 def test_no_pickle_anywhere_in_the_package() -> None:

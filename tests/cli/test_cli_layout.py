@@ -18,7 +18,7 @@ import pytest
 from handrail import SqliteSaver
 from test_terminal_safety import run_in_terminal
 
-SERVER_TESTS = Path(__file__).resolve().parent / "server"
+SERVER_TESTS = Path(__file__).resolve().parents[1] / "server"
 LONG_ID = "customer-7f3a9c2e-refund-request-2026-05-02"  # 43 characters, as ids of real apps are
 WHEN = rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"
 

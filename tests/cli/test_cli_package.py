@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "handrail"
+SRC = Path(__file__).resolve().parents[2] / "src" / "handrail"
 
 WITHOUT_RICH = """
 import sys

@@ -208,7 +208,7 @@ def test_the_demo_run_twice_in_a_row_starts_a_new_thread_each_time(tmp_path: Pat
 
 
 def test_the_default_database_is_ignored_by_git() -> None:
-    ignored = (Path(__file__).resolve().parent.parent / ".gitignore").read_text().splitlines()
+    ignored = (Path(__file__).resolve().parents[2] / ".gitignore").read_text().splitlines()
 
     assert "handrail.db" in ignored
     assert "handrail.db-*" in ignored  # the WAL and shared-memory files next to it
