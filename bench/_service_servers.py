@@ -195,7 +195,20 @@ class HandrailServer:
         # After the service made the store: on a new SQLite file, `tokens create` first makes
         # the service's tables, and the store then refuses the file (see bench/README.md).
         created = subprocess.run(
-            [*command, "tokens", "create", "--name", "bench", "--role", "dba", *self.flags()],
+            [
+                *command,
+                "tokens",
+                "create",
+                "--name",
+                "bench",
+                "--role",
+                "dba",
+                "--scope",
+                "run",
+                "--scope",
+                "review",
+                *self.flags(),
+            ],
             cwd=HERE,
             capture_output=True,
             text=True,

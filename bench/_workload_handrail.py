@@ -188,8 +188,11 @@ class Handrail:
                 def counted(
                     *args: Any, _original: Any = original, _key: str = f"{kind}:{name}", **kw: Any
                 ) -> Any:
-                    # an append that need not wait for the disk (no fsync) is counted apart
-                    counter[_key if kw.get("durable", True) else f"{_key} (no fsync)"] += 1
+                    # an append that need not wait for the disk (no fsync) is counted apart;
+                    # the store takes it as one record (``append(thread_id, change)``)
+                    change = args[1] if len(args) > 1 else kw.get("change")
+                    durable = getattr(change, "durable", True)
+                    counter[_key if durable else f"{_key} (no fsync)"] += 1
                     return _original(*args, **kw)
 
                 setattr(saver, name, counted)

@@ -174,8 +174,6 @@ class Tool:
         as the tool gets it, after the schema's coercion, in JSON form (``"12"`` for a
         ``float`` is ``12.0``); arguments the schema ignored are left out, defaults not added.
         """
-        from pydantic_core import to_jsonable_python
-
         read: dict[str, Any] = {}
         for key, given in args.items():
             if key not in values:
@@ -184,6 +182,11 @@ class Tool:
             if type(value) is type(given) and type(given) in _SCALARS and value == given:
                 read[key] = given
                 continue
+            if value is None or type(value) in _SCALARS:  # its own JSON form: no pydantic to load
+                read[key] = value
+                continue
+            from pydantic_core import to_jsonable_python
+
             try:
                 read[key] = to_jsonable_python(value)
             except (TypeError, ValueError):  # a value JSON cannot hold: the argument as given

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_terminal_safety import run_in_terminal
 
 from handrail import SqliteSaver
-from test_terminal_safety import run_in_terminal
 
 SERVER_TESTS = Path(__file__).resolve().parents[1] / "server"
 LONG_ID = "customer-7f3a9c2e-refund-request-2026-05-02"  # 43 characters, as ids of real apps are

@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from test_cli import SCRIPT, Terminal
 
 from handrail import SqliteSaver
 from handrail.checkpoint.base import BaseCheckpointSaver
 from handrail.cli import main
 from handrail.cli.demo import DEMO_APP, DemoWorkspace, build_demo_agent, run_demo
 from handrail.runtime.events import decode_event
-from test_cli import SCRIPT, Terminal
 
 ALL_IDS = [1, 2, 3, 4, 5, 6, 7, 8]
 RECENT_IDS = [1, 2, 3, 4, 5]  # rows 6, 7 and 8 are older than 30 days

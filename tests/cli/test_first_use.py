@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from handrail import SqliteSaver
 from test_cli import SCRIPT, Terminal
 from test_demo_durable import remaining_ids, resume_command, run_script, thread_of, tools_started
+
+from handrail import SqliteSaver
 
 ALL_IDS = [1, 2, 3, 4, 5, 6, 7, 8]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
