@@ -3,7 +3,8 @@
 What no store could accept - events not numbered on from ``expected_seq``, a record whose
 head is not the last of them or whose status is unknown, a saved reading of another
 event than the new head - is refused when the record is built, so every store refuses
-it the same way (the same ``ValueError``) and none of them sees it.
+it the same way (the same ``ValueError``) and none of them sees it. Whether the thread is
+still at ``expected_seq`` stays the store's to check (SPEC rule 8).
 """
 
 from __future__ import annotations

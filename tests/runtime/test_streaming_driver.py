@@ -1,5 +1,6 @@
 """A stream is a plain generator: the run goes on in the consumer's thread, between the
-chunks it reads, with no thread or queue of its own (``runtime/streaming.py``)."""
+chunks it reads, with no thread or queue of its own (``runtime/streaming.py``). The modes
+and shapes are SPEC §2's; a stream closed mid-step leaves its calls to rule 9."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Two service processes on one store agree on every thread (``_service.py``, rules S1-S5).
+"""Two service processes on one store agree on every thread (``_service.py``, rules S1-S5;
+SPEC rule 21: the agent a thread belongs to is fixed when it is created; rule 8: one
+writer per thread).
 
 Two apps (two ``create_app``, each with its own saver and its own connection to the
 service's tables, as two ``handrail serve`` processes have) serve one SQLite file or one
@@ -270,3 +272,39 @@ async def test_a_thread_is_read_once_per_get(two: tuple[Process, Process]) -> No
         seen = await one.http.get(f"/threads/{thread}", headers=alice)
         assert seen.status_code == 200, seen.text
     assert counted["aget_thread"] == 2, counted
+
+
+async def test_a_created_thread_in_the_store_is_its_creators_alone(two: tuple[Process, Process]) -> None:
+    """A thread created and not run is a record in the store with its owner (SPEC rule 21:
+    who made it is recorded): another ordinary credential, through either process, can
+    neither read it, run it, rename its owner nor rebind it; nothing runs (the tool's
+    ledger) and the record is as its creator left it."""
+    one, other = two
+    alice, bob = one.token("alice", "dba"), other.token("bob", "dba")
+    thread = (await one.http.post("/threads", json={"metadata": {"team": "data"}}, headers=alice)).json()[
+        "thread_id"
+    ]
+    before = one.store.get_thread(thread)
+    assert before is not None and before.metadata["owner"] == "alice" and before.head_seq == 0
+    for http in (one.http, other.http):
+        assert (await http.get(f"/threads/{thread}", headers=bob)).status_code in (403, 404)
+        ran = await http.post(
+            f"/threads/{thread}/runs/wait",
+            json={"assistant_id": "sql", "input": user("DROP TABLE t")},
+            headers=bob,
+        )
+        assert ran.status_code in (403, 404), ran.text
+        patched = await http.patch(f"/threads/{thread}", json={"metadata": {"owner": "bob"}}, headers=bob)
+        assert patched.status_code in (403, 404, 405, 422), patched.text
+        again = await http.post(
+            "/threads", json={"thread_id": thread, "metadata": {"assistant_id": "sql"}}, headers=bob
+        )
+        assert again.status_code in (403, 404, 409), again.text
+    assert served_agent.RAN == []
+    after = one.store.get_thread(thread)
+    assert after is not None and after.head_seq == 0 and after.metadata == before.metadata
+    mine = await other.http.post(
+        f"/threads/{thread}/runs/wait", json={"assistant_id": "sql", "input": user("q")}, headers=alice
+    )
+    assert mine.status_code == 200 and mine.json()["__interrupt__"], mine.text
+    assert served_agent.RAN == []  # paused for review: still nothing ran
